@@ -1,0 +1,203 @@
+"""`pykcm`: run the controller manager, manage the local control plane, list controllers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pykcm import __version__
+from pykcm import log as logging_setup
+from pykcm.options import Options, OptionsError, format_duration, parse_duration, resolve_controllers
+
+# typer may vendor its own click; take the exception classes from typer's hierarchy, not `import click`.
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+app = typer.Typer(
+    name="pykcm",
+    help="A standalone kube-controller-manager in Python.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+testenv_app = typer.Typer(help="Start and stop a real local control plane (etcd + kube-apiserver).", no_args_is_help=True)
+app.add_typer(testenv_app, name="testenv")
+
+log = logging_setup.get_logger("cli")
+
+_defaults = Options()
+
+
+class LogFormat(enum.StrEnum):
+    text = "text"
+    json = "json"
+
+
+def _duration(flag: str, text: str) -> float:
+    try:
+        return parse_duration(text)
+    except OptionsError as err:
+        raise typer.BadParameter(str(err), param_hint=flag) from None
+
+
+@app.command()
+def run(
+    kubeconfig: Annotated[str | None, typer.Option(help="Path to a kubeconfig file with authorization and master location.")] = None,
+    master: Annotated[str | None, typer.Option(help="The address of the Kubernetes API server (overrides any value in kubeconfig).")] = None,
+    controllers: Annotated[str, typer.Option(help="Controllers to enable: '*' enables all on-by-default controllers, 'foo' enables 'foo', '-foo' disables 'foo'; first match wins.")] = "*",
+    concurrent_replicaset_syncs: Annotated[int, typer.Option(help="ReplicaSets allowed to sync concurrently.")] = _defaults.concurrent_replicaset_syncs,
+    concurrent_namespace_syncs: Annotated[int, typer.Option(help="Namespace objects allowed to sync concurrently.")] = _defaults.concurrent_namespace_syncs,
+    namespace_sync_period: Annotated[str, typer.Option(help="Period for re-checking terminating namespaces.")] = format_duration(_defaults.namespace_sync_period),
+    kube_api_qps: Annotated[float, typer.Option(help="QPS to use while talking with the Kubernetes API server.")] = _defaults.kube_api_qps,
+    kube_api_burst: Annotated[int, typer.Option(help="Burst to use while talking with the Kubernetes API server.")] = _defaults.kube_api_burst,
+    min_resync_period: Annotated[str, typer.Option(help="Resync period of informers: random between this and twice this.")] = format_duration(_defaults.min_resync_period),
+    local: Annotated[bool, typer.Option("--local", help="Start a real local control plane (etcd + kube-apiserver) and run against it.")] = False,
+    verbosity: Annotated[int, typer.Option("-v", "--v", help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
+    logging_format: Annotated[LogFormat, typer.Option(help="Log format.")] = LogFormat.text,
+) -> None:
+    """Run the controller manager."""
+    options = Options(
+        kubeconfig=kubeconfig,
+        master=master,
+        controllers=controllers.split(","),
+        concurrent_replicaset_syncs=concurrent_replicaset_syncs,
+        concurrent_namespace_syncs=concurrent_namespace_syncs,
+        namespace_sync_period=_duration("--namespace-sync-period", namespace_sync_period),
+        kube_api_qps=kube_api_qps,
+        kube_api_burst=kube_api_burst,
+        min_resync_period=_duration("--min-resync-period", min_resync_period),
+        local=local,
+    )
+    try:
+        options.validate()
+    except OptionsError as err:
+        raise UsageError(str(err)) from None
+    logging_setup.setup(verbosity, logging_format.value)
+
+    from pykcm.controller import discover_controllers
+
+    registry = discover_controllers()
+    try:
+        enabled = resolve_controllers(options.controllers, [cls.info() for cls in registry.values()])
+    except OptionsError as err:
+        raise typer.BadParameter(str(err), param_hint="--controllers") from None
+    classes = [registry[name] for name in enabled]
+
+    if options.local:
+        from pykcm.testenv.controlplane import running
+
+        with running(log=lambda msg: print(msg, file=sys.stderr)) as plane:
+            print(f"Local control plane is up. kubeconfig: {plane.kubeconfig}", flush=True)
+            print(f"  kubectl --kubeconfig {plane.kubeconfig} get pods -A", flush=True)
+            options.kubeconfig = str(plane.kubeconfig)
+            _run_manager(options, classes)
+    else:
+        _run_manager(options, classes)
+
+
+def _run_manager(options: Options, classes: list) -> None:
+    from pykcm.client.config import load_config
+    from pykcm.manager import Manager
+
+    config = load_config(options.kubeconfig, options.master)
+    asyncio.run(_serve(Manager(options, config, classes)))
+
+
+async def _serve(manager) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():  # a second Ctrl-C means "now"
+            sys.exit(128 + signum)
+        log.info("Received signal, shutting down", signal=signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    await manager.run(stop)
+
+
+@app.command("controllers")
+def list_controllers() -> None:
+    """List registered controllers and whether they are on by default."""
+    from pykcm.controller import discover_controllers
+
+    for cls in sorted(discover_controllers().values(), key=lambda c: c.name):
+        state = "on" if cls.enabled_by_default else "off"
+        aliases = f" (aliases: {', '.join(cls.aliases)})" if cls.aliases else ""
+        typer.echo(f"{cls.name}\t{state}{aliases}")
+
+
+@app.command()
+def version() -> None:
+    """Print the pykcm version."""
+    typer.echo(f"pykcm {__version__}")
+
+
+@testenv_app.command("start")
+def testenv_start(
+    directory: Annotated[Path, typer.Option("--dir", help="Directory for state, certificates, logs and kubeconfig.")],
+    kcm_controllers: Annotated[str | None, typer.Option(help="Also start the real kube-controller-manager with --controllers=LIST.")] = None,
+) -> None:
+    """Start etcd and kube-apiserver on 127.0.0.1; returns once /readyz is OK."""
+    from pykcm.testenv.controlplane import start
+
+    plane = start(directory, kcm_controllers=kcm_controllers, log=lambda msg: typer.echo(msg, err=True))
+    typer.echo(str(plane.kubeconfig))
+
+
+@testenv_app.command("stop")
+def testenv_stop(directory: Annotated[Path, typer.Option("--dir", help="Directory given to 'testenv start'.")]) -> None:
+    """Stop exactly the processes 'testenv start' started there (safe to call twice)."""
+    from pykcm.testenv.controlplane import stop
+
+    stop(directory)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Failures the user can act on: printed as one line, exit 1, no traceback."""
+    from pykcm.client.config import ConfigError
+    from pykcm.controller import PluginError
+    from pykcm.manager import ManagerError
+
+    errors: list[type[BaseException]] = [ConfigError, ManagerError, PluginError, OSError]
+    with contextlib.suppress(ImportError):
+        from pykcm.testenv.build import BuildError
+        from pykcm.testenv.controlplane import ControlPlaneError
+
+        errors += [BuildError, ControlPlaneError]
+    return tuple(errors)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        result = app(args=argv, prog_name="pykcm", standalone_mode=False)
+    except UsageError as err:
+        if type(err).__name__ == "NoArgsIsHelpError":
+            typer.echo(err.ctx.get_help() if err.ctx else "", err=True)
+            return 2
+        hint = f" (see 'pykcm {err.ctx.command.name} --help')" if err.ctx and err.ctx.command.name != "pykcm" else ""
+        print(f"pykcm: error: {err.format_message()}{hint}", file=sys.stderr)
+        return 2
+    except ClickException as err:
+        print(f"pykcm: error: {err.format_message()}", file=sys.stderr)
+        return err.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        return 130
+    except _user_errors() as err:
+        print(f"pykcm: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

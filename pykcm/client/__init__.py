@@ -1,0 +1,8 @@
+"""API access: configuration and auth from the `kubernetes` package, transport over aiohttp."""
+
+from pykcm.client.config import ClientConfig, ConfigError, load_config
+from pykcm.client.errors import ApiError, TransportError
+from pykcm.client.resources import Resource
+from pykcm.client.rest import RestClient
+
+__all__ = ["ApiError", "ClientConfig", "ConfigError", "Resource", "RestClient", "TransportError", "load_config"]

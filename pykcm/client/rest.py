@@ -1,0 +1,208 @@
+"""Async REST transport over aiohttp: rate limited, instrumented, JSON dicts in and out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+from pykcm import __version__, metrics
+from pykcm.client.config import ClientConfig
+from pykcm.client.errors import TooManyRequests, TransportError, error_from_status
+from pykcm.client.resources import Resource
+from pykcm.flowcontrol import TokenBucket
+
+JSON = "application/json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+# Metadata-only list/delete responses keep memory small for generic resources.
+PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1," + JSON
+PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1," + JSON
+
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, connect=10)
+MAX_THROTTLE_RETRIES = 10  # client-go retries 429s honouring Retry-After up to 10 times
+
+
+class _Transport:
+    """One connection pool per API server, shared by every named client."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.host_label = urlsplit(config.host).netloc
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self.config.ssl_context or False, limit=256)
+            self._session = aiohttp.ClientSession(
+                base_url=self.config.host, connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class RestClient:
+    """A named API client: its own QPS/burst bucket and user agent, a shared connection pool."""
+
+    def __init__(self, config: ClientConfig, name: str = "", _transport: _Transport | None = None) -> None:
+        self.config = config
+        self.name = name
+        self._transport = _transport or _Transport(config)
+        self._limiter = TokenBucket(config.qps, config.burst)
+        agent = config.user_agent or f"pykcm/{__version__}"
+        self.user_agent = f"{agent}/{name}" if name else agent
+
+    def for_controller(self, name: str, qps: float | None = None, burst: int | None = None) -> RestClient:
+        """A client for one controller, as KCM's client builder gives each controller its own."""
+        config = self.config.with_limits(qps or self.config.qps, burst or self.config.burst)
+        return RestClient(config, name, self._transport)
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    # -- raw requests ---------------------------------------------------------------------------------
+
+    def _headers(self, accept: str, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": accept, "User-Agent": self.user_agent}
+        if content_type:
+            headers["Content-Type"] = content_type
+        token = self.config.token_source()
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        accept: str = JSON,
+        timeout: aiohttp.ClientTimeout = REQUEST_TIMEOUT,
+    ) -> Any:
+        host = self._transport.host_label
+        data = orjson.dumps(body) if body is not None else None
+        for attempt in range(MAX_THROTTLE_RETRIES + 1):
+            waited = await self._limiter.wait()
+            metrics.rest_client_rate_limiter_duration.labels(method, host).observe(waited)
+            start = time.monotonic()
+            try:
+                async with self._transport.session().request(
+                    method,
+                    path,
+                    params=_query(params),
+                    data=data,
+                    headers=self._headers(accept, content_type if data is not None else None),
+                    timeout=timeout,
+                ) as resp:
+                    raw = await resp.read()
+                    code = resp.status
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                metrics.rest_client_requests.labels("<error>", method, host).inc()
+                raise TransportError(f"{method} {path}: {exc or type(exc).__name__}") from None
+            finally:
+                metrics.rest_client_request_duration.labels(method, host).observe(time.monotonic() - start)
+            metrics.rest_client_requests.labels(str(code), method, host).inc()
+            if code < 300:
+                return orjson.loads(raw) if raw else None
+            err = error_from_status(code, _decode(raw))
+            if isinstance(err, TooManyRequests) and attempt < MAX_THROTTLE_RETRIES:
+                await asyncio.sleep(err.retry_after or 1.0)
+                continue
+            raise err
+        raise AssertionError("unreachable")
+
+    async def watch(self, path: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Yield watch events ({"type", "object"}) until the server ends the stream."""
+        host = self._transport.host_label
+        waited = await self._limiter.wait()
+        metrics.rest_client_rate_limiter_duration.labels("GET", host).observe(waited)
+        server_timeout = float(params.get("timeoutSeconds") or 0)
+        read_timeout = server_timeout + 30 if server_timeout else None
+        timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=read_timeout)
+        try:
+            async with self._transport.session().get(
+                path, params=_query({**params, "watch": "true"}), headers=self._headers(JSON, None), timeout=timeout
+            ) as resp:
+                metrics.rest_client_requests.labels(str(resp.status), "GET", host).inc()
+                if resp.status >= 300:
+                    raise error_from_status(resp.status, _decode(await resp.read()))
+                buffer = b""
+                # Lines can be far larger than aiohttp's readline limit (big CRDs), so split by hand.
+                async for chunk in resp.content.iter_any():
+                    buffer += chunk
+                    while (newline := buffer.find(b"\n")) >= 0:
+                        line, buffer = buffer[:newline], buffer[newline + 1 :]
+                        if line.strip():
+                            yield orjson.loads(line)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise TransportError(f"watch {path}: {exc or type(exc).__name__}") from None
+
+    # -- typed helpers over Resource ------------------------------------------------------------------
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None, subresource: str | None = None) -> dict:
+        return await self.request("GET", res.path(namespace, name, subresource))
+
+    async def list(self, res: Resource, namespace: str | None = None, accept: str = JSON, **params: Any) -> dict:
+        return await self.request("GET", res.path(namespace), params=params, accept=accept)
+
+    async def create(self, res: Resource, body: dict, namespace: str | None = None) -> dict:
+        namespace = namespace or body.get("metadata", {}).get("namespace")
+        return await self.request("POST", res.path(namespace), body=body)
+
+    async def update(self, res: Resource, body: dict, subresource: str | None = None) -> dict:
+        meta = body["metadata"]
+        return await self.request("PUT", res.path(meta.get("namespace"), meta["name"], subresource), body=body)
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        body: dict,
+        namespace: str | None = None,
+        content_type: str = STRATEGIC_MERGE_PATCH,
+        subresource: str | None = None,
+    ) -> dict:
+        return await self.request(
+            "PATCH", res.path(namespace, name, subresource), body=body, content_type=content_type
+        )
+
+    async def delete(
+        self, res: Resource, name: str, namespace: str | None = None, body: dict | None = None, accept: str = JSON
+    ) -> Any:
+        return await self.request("DELETE", res.path(namespace, name), body=body, accept=accept)
+
+    async def delete_collection(
+        self, res: Resource, namespace: str | None = None, body: dict | None = None, accept: str = JSON, **params: Any
+    ) -> Any:
+        return await self.request("DELETE", res.path(namespace), params=params, body=body, accept=accept)
+
+
+def _query(params: dict[str, Any] | None) -> dict[str, str] | None:
+    if not params:
+        return None
+    out = {}
+    for key, value in params.items():
+        if value is None:
+            continue
+        out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
+
+
+def _decode(raw: bytes) -> dict[str, Any] | None:
+    try:
+        decoded = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {"kind": "Status", "message": raw.decode(errors="replace").strip()[:500]}
+    return decoded if isinstance(decoded, dict) else None

@@ -1,0 +1,161 @@
+"""The contract between the runtime and a controller, and the plugin registry.
+
+A controller is a class with a name, the informers it asks the shared factory for (in its
+constructor), a work queue of string keys, and `sync(key)`. The runtime owns everything
+else: the worker loop, retries with backoff, metrics and shutdown. Controllers are found
+through the `pykcm.controllers` entry-point group, built-ins and third-party alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, ClassVar
+
+from pykcm import metrics
+from pykcm.client.rest import RestClient
+from pykcm.informers.factory import SharedInformerFactory
+from pykcm.informers.store import Obj, object_key
+from pykcm.log import get_logger
+from pykcm.options import ControllerInfo, Options
+from pykcm.workqueue import RateLimiter, RateLimitingQueue, default_controller_rate_limiter
+
+if TYPE_CHECKING:
+    from pykcm.events import EventRecorder
+
+ENTRY_POINT_GROUP = "pykcm.controllers"
+
+log = get_logger("controller")
+
+
+class RequeueAfter(Exception):
+    """Raised by sync to say "not finished, look again in `seconds`" without error backoff."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"requeue after {seconds:g}s")
+        self.seconds = seconds
+
+
+@dataclass
+class ControllerContext:
+    """What the manager hands each controller."""
+
+    client: RestClient  # the controller's own client (own user agent and QPS budget)
+    informers: SharedInformerFactory
+    options: Options
+    events: EventRecorder | None = None
+
+
+class Controller(ABC):
+    name: ClassVar[str]  # canonical KCM name, e.g. "replicaset-controller"
+    aliases: ClassVar[tuple[str, ...]] = ()  # accepted in --controllers, e.g. ("replicaset",)
+    enabled_by_default: ClassVar[bool] = True
+    client_name: ClassVar[str] = ""  # user agent suffix / service account name; defaults to `name`
+    queue_name: ClassVar[str] = ""  # workqueue metrics label; defaults to the first alias
+    workers: ClassVar[int] = 1  # default worker count
+    workers_option: ClassVar[str | None] = None  # Options attribute that overrides `workers`
+
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.ctx = ctx
+        self.client = ctx.client
+        self.informers = ctx.informers
+        self.options = ctx.options
+        self.queue = RateLimitingQueue(self.queue_label(), self.rate_limiter())
+        self.log = get_logger(self.queue_label())
+        self.last_progress = time.monotonic()
+
+    # -- declared by subclasses -----------------------------------------------------------------------
+
+    @abstractmethod
+    async def sync(self, key: str) -> None:
+        """Make the world match the desired state for `key`. Raise to retry with backoff."""
+
+    def rate_limiter(self) -> RateLimiter:
+        return default_controller_rate_limiter()
+
+    @classmethod
+    def client_limits(cls, qps: float, burst: int) -> tuple[float, int]:
+        """QPS and burst for this controller's client; the namespace controller raises them."""
+        return qps, burst
+
+    # -- helpers for event handlers -------------------------------------------------------------------
+
+    def enqueue(self, obj: Obj) -> None:
+        self.queue.add(object_key(obj))
+
+    def enqueue_after(self, obj: Obj, seconds: float) -> None:
+        self.queue.add_after(object_key(obj), seconds)
+
+    # -- runtime --------------------------------------------------------------------------------------
+
+    @classmethod
+    def queue_label(cls) -> str:
+        return cls.queue_name or (cls.aliases[0] if cls.aliases else cls.name)
+
+    @classmethod
+    def info(cls) -> ControllerInfo:
+        return ControllerInfo(cls.name, cls.aliases, cls.enabled_by_default)
+
+    def worker_count(self) -> int:
+        return int(getattr(self.options, self.workers_option)) if self.workers_option else self.workers
+
+    async def run(self) -> None:
+        """Run workers until the queue is shut down; in-flight syncs finish first."""
+        count = self.worker_count()
+        self.log.info("Starting workers", controller=self.name, workers=count)
+        await asyncio.gather(*(self._worker() for _ in range(count)))
+
+    async def _worker(self) -> None:
+        while True:
+            key, shutdown = await self.queue.get()
+            if shutdown:
+                return
+            try:
+                await self._process(key)
+            finally:
+                self.queue.done(key)
+                self.last_progress = time.monotonic()
+
+    async def _process(self, key: str) -> None:
+        start = time.monotonic()
+        result = "success"
+        try:
+            await self.sync(key)
+            self.queue.forget(key)
+        except asyncio.CancelledError:
+            raise
+        except RequeueAfter as again:
+            result = "requeue"
+            self.queue.add_after(key, again.seconds)
+        except Exception as err:
+            result = "error"
+            metrics.controller_sync_errors.labels(self.name).inc()
+            self.log.error(err, "Error syncing, requeuing", controller=self.name, key=key)
+            self.queue.add_rate_limited(key)
+        finally:
+            elapsed = time.monotonic() - start
+            metrics.controller_sync_duration.labels(self.name, result).observe(elapsed)
+            self.log.v(4).info("Finished syncing", controller=self.name, key=key, duration=f"{elapsed * 1000:.3f}ms")
+
+
+class PluginError(Exception):
+    pass
+
+
+def discover_controllers() -> dict[str, type[Controller]]:
+    """Every controller class registered under the `pykcm.controllers` entry-point group."""
+    found: dict[str, type[Controller]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            cls = ep.load()
+        except Exception as err:
+            raise PluginError(f"controller plugin {ep.name!r} ({ep.value}) failed to load: {err}") from None
+        if not (isinstance(cls, type) and issubclass(cls, Controller)):
+            raise PluginError(f"controller plugin {ep.name!r} ({ep.value}) is not a pykcm.controller.Controller")
+        if cls.name in found and found[cls.name] is not cls:
+            raise PluginError(f"two plugins register controller {cls.name!r}")
+        found[cls.name] = cls
+    return found

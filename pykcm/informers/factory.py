@@ -1,0 +1,59 @@
+"""One informer per resource, shared by every controller in the process."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from pykcm.client.resources import Resource
+from pykcm.client.rest import RestClient
+from pykcm.informers.informer import SharedInformer
+from pykcm.informers.store import IndexFunc
+from pykcm.log import get_logger
+
+log = get_logger("informers")
+
+
+def resync_period(min_resync_period: float) -> float:
+    """KCM spreads default resyncs over [min, 2*min) so informers don't resync in lock step."""
+    return min_resync_period * (1.0 + random.random()) if min_resync_period else 0.0
+
+
+class SharedInformerFactory:
+    def __init__(self, client: RestClient, min_resync_period: float = 12 * 3600.0) -> None:
+        self.client = client
+        self.min_resync_period = min_resync_period
+        self._informers: dict[Resource, SharedInformer] = {}
+
+    def informer(self, resource: Resource, indexers: dict[str, IndexFunc] | None = None) -> SharedInformer:
+        """The shared informer for `resource`, created on first request, plus any extra indexers."""
+        informer = self._informers.get(resource)
+        if informer is None:
+            informer = SharedInformer(self.client, resource, resync_period(self.min_resync_period))
+            self._informers[resource] = informer
+        if indexers:
+            informer.add_indexers(indexers)
+        return informer
+
+    @property
+    def informers(self) -> dict[Resource, SharedInformer]:
+        return dict(self._informers)
+
+    def start(self) -> None:
+        """Start every informer requested so far; safe to call again after more are requested."""
+        for informer in self._informers.values():
+            if not informer.started:
+                informer.start()
+
+    def has_synced(self) -> bool:
+        return all(i.has_synced() for i in self._informers.values())
+
+    async def wait_for_cache_sync(self, timeout: float | None = None) -> bool:
+        try:
+            await asyncio.wait_for(asyncio.gather(*(i.wait_synced() for i in self._informers.values())), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(i.stop() for i in self._informers.values()))

@@ -1,0 +1,39 @@
+"""The delta queue between a reflector and its informer.
+
+Deltas come out in arrival order (client-go's RealFIFO); a relist travels as one
+Replaced delta so the cache and handlers see it atomically (AtomicFIFO).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class DeltaType(enum.Enum):
+    ADDED = "Added"
+    UPDATED = "Updated"
+    DELETED = "Deleted"
+    REPLACED = "Replaced"  # payload: list of objects from a full LIST
+
+
+@dataclass(slots=True)
+class Delta:
+    type: DeltaType
+    payload: Any
+
+
+class DeltaFIFO:
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Delta] = asyncio.Queue()
+
+    def push(self, type_: DeltaType, payload: Any) -> None:
+        self._queue.put_nowait(Delta(type_, payload))
+
+    async def pop(self) -> Delta:
+        return await self._queue.get()
+
+    def __len__(self) -> int:
+        return self._queue.qsize()

@@ -1,0 +1,176 @@
+"""List, then watch; keep a DeltaFIFO fed with every change, relisting when history is gone.
+
+Follows client-go's tools/cache/reflector.go: the first LIST is paginated (limit 500) at
+resourceVersion "0"; WATCH resumes from the last seen resourceVersion with bookmarks and a
+randomised server timeout; 410 Gone means relist; network errors back off 0.8 s .. 30 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pykcm import metrics
+from pykcm.backoff import Backoff
+from pykcm.client.errors import ApiError, Gone, TooManyRequests, TransportError, error_from_status
+from pykcm.client.resources import Resource
+from pykcm.client.rest import RestClient
+from pykcm.informers.fifo import DeltaFIFO, DeltaType
+from pykcm.log import get_logger
+
+PAGE_SIZE = 500
+WATCH_TIMEOUT_RANGE = (300, 600)  # seconds; spread so watches don't all reconnect together
+MIN_WATCH_DURATION = 1.0  # a watch that ends sooner with no events is treated as an error
+
+log = get_logger("reflector")
+
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    obj.get("metadata", {}).pop("managedFields", None)
+    return obj
+
+
+class VeryShortWatch(Exception):
+    pass
+
+
+class Reflector:
+    def __init__(
+        self,
+        client: RestClient,
+        resource: Resource,
+        fifo: DeltaFIFO,
+        transform: Transform = strip_managed_fields,
+        params: dict[str, str] | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.fifo = fifo
+        self.transform = transform
+        self.params = params or {}  # labelSelector / fieldSelector
+        self.last_resource_version = ""
+        self._quorum_list = False  # set after the watch cache says our resourceVersion is too old
+        self._backoff = Backoff(0.8, 30.0, factor=2.0, jitter=1.0, reset_after=120.0)
+        self.label = resource.name
+
+    async def run(self) -> None:
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                await self._watch()
+                continue  # server closed the watch at its timeout: re-watch from where we were
+            except asyncio.CancelledError:
+                raise
+            except Gone as err:
+                log.info("Watch expired, relisting", resource=self.label, reason=err.message)
+                need_list = True
+                continue
+            except (TransportError, TooManyRequests, VeryShortWatch) as err:
+                # The server is unreachable or shedding load: resume the watch, no relist needed.
+                log.error(err, "Watch failed, will retry", resource=self.label)
+            except Exception as err:
+                log.error(err, "Failed to list or watch, will relist", resource=self.label)
+                need_list = True
+            await asyncio.sleep(self._backoff.next())
+
+    # -- list -----------------------------------------------------------------------------------------
+
+    async def _list(self) -> None:
+        path = self.resource.path()
+        # "0" lets the apiserver answer from its watch cache; "" forces a consistent read.
+        rv = "" if self._quorum_list else self.last_resource_version or "0"
+        # A specific resourceVersion other than "0" cannot be paginated by the server.
+        paginate = rv in ("", "0")
+        try:
+            items, list_rv = await self._paged_list(path, rv, paginate)
+        except Gone:
+            if rv == "":
+                raise
+            # Our resourceVersion is older than the server's history: one consistent (quorum) list.
+            self._quorum_list = True
+            items, list_rv = await self._paged_list(path, "", True)
+        self._quorum_list = False
+        metrics.informer_relists.labels(self.label).inc()
+        self.fifo.push(DeltaType.REPLACED, [self.transform(obj) for obj in items])
+        self._set_resource_version(list_rv)
+        log.v(2).info("Listed", resource=self.label, items=len(items), resourceVersion=list_rv)
+
+    async def _paged_list(self, path: str, rv: str, paginate: bool) -> tuple[list[dict], str]:
+        params: dict[str, Any] = {**self.params, "resourceVersion": rv or None}
+        if paginate:
+            params["limit"] = PAGE_SIZE
+        items: list[dict] = []
+        while True:
+            try:
+                page = await self.client.request("GET", path, params=params)
+            except Gone:
+                if "continue" not in params:
+                    raise
+                # The continue token expired between pages: fall back to one full list.
+                log.info("Continue token expired, listing in full", resource=self.label)
+                full = await self.client.request("GET", path, params={**self.params, "resourceVersion": rv or None})
+                return full.get("items") or [], full["metadata"].get("resourceVersion", "")
+            kind = page.get("kind", "").removesuffix("List")
+            for obj in page.get("items") or []:
+                # Lists omit kind/apiVersion on items; put them back so objects are self-describing.
+                obj.setdefault("kind", kind or self.resource.kind)
+                obj.setdefault("apiVersion", self.resource.api_version)
+                items.append(obj)
+            token = page["metadata"].get("continue")
+            if not token:
+                return items, page["metadata"].get("resourceVersion", "")
+            params = {**self.params, "limit": PAGE_SIZE, "continue": token}
+
+    # -- watch ----------------------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        params = {
+            **self.params,
+            "resourceVersion": self.last_resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": random.randrange(*WATCH_TIMEOUT_RANGE),
+        }
+        started = time.monotonic()
+        events = 0
+        async for event in self.client.watch(self.resource.path(), params):
+            events += 1
+            kind = event.get("type")
+            obj = event.get("object") or {}
+            metrics.informer_events.labels(self.label, kind or "UNKNOWN").inc()
+            if kind == "ERROR":
+                raise error_from_status(int(obj.get("code") or 500), obj)
+            rv = obj.get("metadata", {}).get("resourceVersion", "")
+            if kind == "BOOKMARK":
+                self._set_resource_version(rv)
+                continue
+            if kind == "ADDED":
+                self.fifo.push(DeltaType.ADDED, self.transform(obj))
+            elif kind == "MODIFIED":
+                self.fifo.push(DeltaType.UPDATED, self.transform(obj))
+            elif kind == "DELETED":
+                self.fifo.push(DeltaType.DELETED, self.transform(obj))
+            else:
+                log.error(None, "Unexpected watch event", resource=self.label, type=kind)
+                continue
+            self._set_resource_version(rv)
+        if events == 0 and time.monotonic() - started < MIN_WATCH_DURATION:
+            raise VeryShortWatch(f"very short watch of {self.label}: closed with no events")
+        self._backoff.reset()
+
+    def _set_resource_version(self, rv: str) -> None:
+        if not rv:
+            return
+        self.last_resource_version = rv
+        if rv.isdigit():
+            metrics.informer_resource_version.labels(self.label).set(int(rv))
+
+
+__all__ = ["ApiError", "Reflector", "strip_managed_fields"]

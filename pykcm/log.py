@@ -1,0 +1,111 @@
+"""Structured logging in the klog style KCM uses.
+
+    log = get_logger("replicaset")
+    log.info("Too few replicas", replicaSet="ns/web", need=3, creating=3)
+    log.v(4).info("Finished syncing", replicaSet="ns/web", duration="3ms")
+    log.error(err, "Error syncing", replicaSet="ns/web")
+
+Text: `I1121 14:56:00.123456   4242 replicaset] "Too few replicas" replicaSet="ns/web" need=3`.
+JSON (`--logging-format json`): one object a line with ts, v, logger, msg and the key/values.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import orjson
+
+_verbosity = 0
+
+
+class Logger:
+    def __init__(self, name: str, level: int = 0) -> None:
+        self._logger = logging.getLogger(f"pykcm.{name}")
+        self._name = name
+        self._level = level
+
+    def v(self, level: int) -> Logger:
+        return Logger(self._name, level)
+
+    def enabled(self) -> bool:
+        return self._level <= _verbosity
+
+    def info(self, msg: str, **kv: Any) -> None:
+        if self._level <= _verbosity:
+            self._logger.info(msg, extra={"kv": kv, "v": self._level})
+
+    def warning(self, msg: str, **kv: Any) -> None:
+        self._logger.warning(msg, extra={"kv": kv, "v": 0})
+
+    def error(self, err: BaseException | str | None, msg: str, **kv: Any) -> None:
+        if err is not None:
+            kv = {**kv, "err": _one_line(err)}
+        self._logger.error(msg, extra={"kv": kv, "v": 0})
+
+
+def get_logger(name: str) -> Logger:
+    return Logger(name)
+
+
+def _one_line(err: BaseException | str) -> str:
+    text = str(err) or type(err).__name__
+    return " ".join(text.split())
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, str):
+        return orjson.dumps(value).decode()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)) or value is None:
+        return "<nil>" if value is None else str(value)
+    return orjson.dumps(value, default=str).decode()
+
+
+class KlogFormatter(logging.Formatter):
+    _LETTER = {logging.DEBUG: "I", logging.INFO: "I", logging.WARNING: "W", logging.ERROR: "E", logging.CRITICAL: "F"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%m%d %H:%M:%S", time.localtime(record.created)) + f".{int(record.msecs * 1000):06d}"
+        name = record.name.removeprefix("pykcm.")
+        kv = getattr(record, "kv", {})
+        pairs = "".join(f" {k}={_render(v)}" for k, v in kv.items())
+        letter = self._LETTER.get(record.levelno, "I")
+        line = f"{letter}{ts} {os.getpid():>7} {name}] {_render(record.getMessage())}{pairs}"
+        if record.exc_info and _verbosity >= 4:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {"ts": record.created, "v": getattr(record, "v", 0)}
+        if record.levelno >= logging.ERROR:
+            entry["level"] = "error"
+        elif record.levelno == logging.WARNING:
+            entry["level"] = "warning"
+        entry["logger"] = record.name.removeprefix("pykcm.")
+        entry["msg"] = record.getMessage()
+        entry.update(getattr(record, "kv", {}))
+        return orjson.dumps(entry, default=str).decode()
+
+
+def setup(verbosity: int = 0, fmt: str = "text") -> None:
+    """Send pykcm's logs to stderr in the chosen format; called once by the CLI."""
+    global _verbosity
+    _verbosity = verbosity
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else KlogFormatter())
+    root = logging.getLogger("pykcm")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+def set_verbosity(verbosity: int) -> None:
+    global _verbosity
+    _verbosity = verbosity
