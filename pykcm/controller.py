@@ -13,18 +13,16 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from pykcm import metrics
 from pykcm.client.rest import RestClient
+from pykcm.events import EventRecorder
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.informers.store import Obj, object_key
 from pykcm.log import get_logger
 from pykcm.options import ControllerInfo, Options
 from pykcm.workqueue import RateLimiter, RateLimitingQueue, default_controller_rate_limiter
-
-if TYPE_CHECKING:
-    from pykcm.events import EventRecorder
 
 ENTRY_POINT_GROUP = "pykcm.controllers"
 
@@ -46,7 +44,7 @@ class ControllerContext:
     client: RestClient  # the controller's own client (own user agent and QPS budget)
     informers: SharedInformerFactory
     options: Options
-    events: EventRecorder | None = None
+    events: EventRecorder
 
 
 class Controller(ABC):
@@ -63,6 +61,7 @@ class Controller(ABC):
         self.client = ctx.client
         self.informers = ctx.informers
         self.options = ctx.options
+        self.events = ctx.events
         self.queue = RateLimitingQueue(self.queue_label(), self.rate_limiter())
         self.log = get_logger(self.queue_label())
         self.last_progress = time.monotonic()

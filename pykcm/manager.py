@@ -10,6 +10,7 @@ from pykcm.client.config import ClientConfig
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, ControllerContext
+from pykcm.events import EventRecorder
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.log import get_logger
 from pykcm.options import Options
@@ -57,7 +58,9 @@ class Manager:
         for cls in self.controller_classes:
             qps, burst = cls.client_limits(self.options.kube_api_qps, self.options.kube_api_burst)
             client = self.client.for_controller(cls.client_name or cls.name, qps, burst)
-            ctx = ControllerContext(client=client, informers=self.factory, options=self.options)
+            # Events are sourced from the controller's canonical name, e.g. "replicaset-controller".
+            events = EventRecorder(client, cls.name)
+            ctx = ControllerContext(client=client, informers=self.factory, options=self.options, events=events)
             self.controllers.append(cls(ctx))
             log.info("Controller built", controller=cls.name)
 
@@ -98,5 +101,6 @@ class Manager:
             await asyncio.gather(*workers, return_exceptions=True)
         for controller in self.controllers:
             metrics.running_managed_controllers.labels(controller.name, MANAGER_NAME).set(0)
+        await asyncio.gather(*(c.events.close() for c in self.controllers))
         await self.factory.shutdown()
         log.info("Stopped")

@@ -1,0 +1,130 @@
+"""Kubernetes Events for controllers, aggregated like client-go's EventCorrelator.
+
+`record()` never blocks a sync: events go through a bounded in-memory queue to one sender
+task. A repeat of the same (object, type, reason, message) bumps `count` and `lastTimestamp`
+on the existing Event with a PATCH instead of creating another; each object has a token
+bucket (burst 25, one more per 5 minutes) so a hot loop cannot flood the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from pykcm.client.errors import ApiError, NotFound, TransportError
+from pykcm.client.resources import EVENTS
+from pykcm.client.rest import STRATEGIC_MERGE_PATCH, RestClient
+from pykcm.flowcontrol import TokenBucket
+from pykcm.log import get_logger
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+SPAM_BURST = 25
+SPAM_QPS = 1.0 / 300.0
+MAX_PENDING = 1000  # client-go's broadcaster queue length; beyond it events are dropped, never blocking
+MAX_TRACKED = 4096  # aggregation memory (client-go's LRU is 4096 entries)
+
+log = get_logger("events")
+
+
+@dataclass
+class _Sent:
+    name: str
+    namespace: str
+    count: int
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EventRecorder:
+    def __init__(self, client: RestClient, component: str, host: str | None = None) -> None:
+        self.client = client
+        self.component = component
+        self.host = host or socket.gethostname()
+        self._pending: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_PENDING)
+        self._sent: dict[tuple, _Sent] = {}
+        self._buckets: dict[str, TokenBucket] = {}
+        self._task: asyncio.Task | None = None
+
+    def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Queue an event about `obj` (a full object or one with kind/apiVersion/metadata)."""
+        meta = obj["metadata"]
+        involved = {
+            "kind": obj.get("kind", ""),
+            "apiVersion": obj.get("apiVersion", ""),
+            "namespace": meta.get("namespace", ""),
+            "name": meta["name"],
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+        }
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._send_loop(), name=f"events {self.component}")
+        try:
+            self._pending.put_nowait({"involved": involved, "type": type_, "reason": reason, "message": message})
+        except asyncio.QueueFull:
+            log.error(None, "Dropping event, queue full", reason=reason, object=involved["name"])
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Flush queued events (bounded by `timeout`), then stop the sender."""
+        if self._task is None:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._pending.join(), timeout)
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _send_loop(self) -> None:
+        while True:
+            item = await self._pending.get()
+            try:
+                await self._send(**item)
+            except (ApiError, TransportError) as err:
+                log.error(err, "Failed to write event", reason=item["reason"], object=item["involved"]["name"])
+            finally:
+                self._pending.task_done()
+
+    async def _send(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        bucket = self._buckets.setdefault(involved["uid"] or involved["name"], TokenBucket(SPAM_QPS, SPAM_BURST))
+        if bucket.reserve() > 0:
+            bucket.undo()  # dropped, as client-go's spam filter does; don't also spend a future token
+            return
+        namespace = involved["namespace"] or "default"
+        key = (involved["uid"], involved["namespace"], involved["name"], type_, reason, message)
+        now = _now()
+        sent = self._sent.get(key)
+        if sent is not None:
+            try:
+                await self.client.patch(
+                    EVENTS, sent.name, {"count": sent.count + 1, "lastTimestamp": now},
+                    namespace=sent.namespace, content_type=STRATEGIC_MERGE_PATCH,
+                )
+                sent.count += 1
+                return
+            except NotFound:
+                del self._sent[key]  # the event expired (TTL); start a new one
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": {k: v for k, v in involved.items() if v},
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": self.component, "host": self.host},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": self.component,
+            "reportingInstance": self.host,
+        }
+        created = await self.client.create(EVENTS, body, namespace=namespace)
+        if len(self._sent) >= MAX_TRACKED:
+            self._sent.pop(next(iter(self._sent)))
+        self._sent[key] = _Sent(created["metadata"]["name"], namespace, 1)
