@@ -1,0 +1,505 @@
+"""Unit tests for pykcm.workqueue: the queue contract controllers rely on.
+
+Delays that must really elapse are a few tens of milliseconds; everything that can be decided
+without waiting uses a fake clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from prometheus_client import REGISTRY
+
+from pykcm import metrics
+from pykcm.workqueue import (
+    BucketRateLimiter,
+    DelayingQueue,
+    ItemExponentialFailureRateLimiter,
+    MaxOfRateLimiter,
+    Queue,
+    RateLimitingQueue,
+    default_controller_rate_limiter,
+)
+
+# Generous upper bound for "this should happen soon"; tests finish long before it.
+SOON = 2.0
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def queue_name() -> str:
+    # Metric children outlive a test; a fresh name keeps each test's samples its own.
+    return f"test_{uuid.uuid4().hex[:12]}"
+
+
+def sample(metric: str, name: str) -> float | None:
+    return REGISTRY.get_sample_value(metric, {"name": name})
+
+
+async def settle() -> None:
+    """Let every runnable task take its next step."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+# --- Queue ------------------------------------------------------------------------------------
+
+
+async def test_adds_while_queued_collapse_into_one_item():
+    q: Queue[str] = Queue()
+    for _ in range(5):
+        q.add("ns/a")
+    q.add("ns/b")
+    assert len(q) == 2
+
+    assert await q.get() == ("ns/a", False)
+    assert await q.get() == ("ns/b", False)
+    assert len(q) == 0
+
+
+async def test_items_come_out_in_fifo_order():
+    q: Queue[str] = Queue()
+    for key in ["c", "a", "b"]:
+        q.add(key)
+    assert [(await q.get())[0] for _ in range(3)] == ["c", "a", "b"]
+
+
+async def test_readd_during_processing_waits_for_done_then_runs_again():
+    q: Queue[str] = Queue()
+    q.add("a")
+    item, _ = await q.get()
+
+    q.add("a")
+    assert len(q) == 0, "a key being processed must not be handed out again"
+
+    q.done(item)
+    assert len(q) == 1
+    assert await q.get() == ("a", False)
+    q.done("a")
+    assert len(q) == 0
+
+
+async def test_done_without_readd_does_not_requeue():
+    q: Queue[str] = Queue()
+    q.add("a")
+    await q.get()
+    q.done("a")
+    assert len(q) == 0
+
+
+async def test_done_for_an_item_never_handed_out_is_ignored():
+    q: Queue[str] = Queue()
+    q.add("a")
+    q.done("a")  # a is dirty but not processing: must not be pushed a second time
+    assert len(q) == 1
+
+
+async def test_one_key_is_never_processed_by_two_workers_at_once():
+    q: Queue[str] = Queue()
+    keys = ["a", "b", "c"]
+    active: set[str] = set()
+    overlaps: list[str] = []
+    handled: dict[str, int] = dict.fromkeys(keys, 0)
+
+    async def worker() -> None:
+        while True:
+            key, shutdown = await q.get()
+            if shutdown:
+                return
+            assert key is not None
+            if key in active:
+                overlaps.append(key)
+            active.add(key)
+            handled[key] += 1
+            for _ in range(3):  # hold the key across several loop turns while adds keep coming
+                await asyncio.sleep(0)
+            active.discard(key)
+            q.done(key)
+
+    workers = [asyncio.create_task(worker()) for _ in range(5)]
+    for _ in range(50):
+        for key in keys:
+            q.add(key)
+        await asyncio.sleep(0)
+    await q.shutdown_with_drain()
+    await asyncio.wait_for(asyncio.gather(*workers), SOON)
+
+    assert overlaps == []
+    assert all(count >= 1 for count in handled.values())
+    assert sum(handled.values()) < 150, "adds while queued must have been collapsed"
+
+
+async def test_get_blocks_until_an_item_is_added():
+    q: Queue[str] = Queue()
+    getter = asyncio.create_task(q.get())
+    await settle()
+    assert not getter.done()
+
+    q.add("a")
+    assert await asyncio.wait_for(getter, SOON) == ("a", False)
+
+
+async def test_cancelled_getter_passes_its_wakeup_on():
+    q: Queue[str] = Queue()
+    first = asyncio.create_task(q.get())
+    second = asyncio.create_task(q.get())
+    await settle()
+
+    q.add("a")  # wakes the first getter...
+    first.cancel()  # ...which leaves before taking the item
+    assert await asyncio.wait_for(second, SOON) == ("a", False)
+    assert first.cancelled()
+
+
+async def test_shutdown_wakes_every_blocked_getter():
+    q: Queue[str] = Queue()
+    getters = [asyncio.create_task(q.get()) for _ in range(3)]
+    await settle()
+    assert not any(g.done() for g in getters)
+
+    q.shutdown()
+    assert q.shutting_down
+    assert await asyncio.wait_for(asyncio.gather(*getters), SOON) == [(None, True)] * 3
+
+
+async def test_shutdown_still_hands_out_queued_items_then_reports_shutdown():
+    q: Queue[str] = Queue()
+    q.add("a")
+    q.shutdown()
+    assert await q.get() == ("a", False)
+    assert await q.get() == (None, True)
+
+
+async def test_adds_after_shutdown_are_ignored():
+    q: RateLimitingQueue[str] = RateLimitingQueue(rate_limiter=ItemExponentialFailureRateLimiter(0.001, 1))
+    q.shutdown()
+    q.add("a")
+    q.add_after("b", 0)
+    q.add_after("c", 0.01)
+    q.add_rate_limited("d")
+    await asyncio.sleep(0.03)
+    assert len(q) == 0
+    assert await q.get() == (None, True)
+
+
+async def test_item_readded_during_processing_is_still_served_after_shutdown():
+    q: Queue[str] = Queue()
+    q.add("a")
+    await q.get()
+    q.add("a")  # dirty again before shutdown
+    q.shutdown()
+    q.done("a")
+    assert await q.get() == ("a", False)
+
+
+async def test_shutdown_with_drain_waits_for_in_flight_items():
+    q: Queue[str] = Queue()
+    q.add("a")
+    q.add("b")
+    await q.get()
+    await q.get()
+
+    drain = asyncio.create_task(q.shutdown_with_drain())
+    await settle()
+    assert q.shutting_down
+    assert not drain.done()
+
+    q.done("a")
+    await settle()
+    assert not drain.done(), "b is still in flight"
+
+    q.done("b")
+    await asyncio.wait_for(drain, SOON)
+
+
+async def test_shutdown_with_drain_returns_at_once_when_idle():
+    q: Queue[str] = Queue()
+    await asyncio.wait_for(q.shutdown_with_drain(), SOON)
+    assert q.shutting_down
+
+
+async def test_shutdown_ends_a_pending_drain():
+    q: Queue[str] = Queue()
+    q.add("a")
+    await q.get()
+    drain = asyncio.create_task(q.shutdown_with_drain())
+    await settle()
+    assert not drain.done()
+
+    q.shutdown()
+    await asyncio.wait_for(drain, SOON)
+
+
+# --- DelayingQueue ------------------------------------------------------------------------------
+
+
+async def test_add_after_non_positive_delay_adds_now():
+    q: DelayingQueue[str] = DelayingQueue()
+    q.add_after("a", 0)
+    q.add_after("b", -1)
+    assert len(q) == 2
+
+
+async def test_add_after_fires_once_the_delay_has_passed():
+    q: DelayingQueue[str] = DelayingQueue()
+    q.add_after("a", 0.03)
+    await settle()
+    assert len(q) == 0
+
+    started = time.monotonic()
+    assert await asyncio.wait_for(q.get(), SOON) == ("a", False)
+    assert time.monotonic() - started > 0.01
+
+
+async def test_add_after_fires_in_ready_time_order():
+    q: DelayingQueue[str] = DelayingQueue()
+    q.add_after("late", 0.06)
+    q.add_after("early", 0.02)
+    q.add_after("middle", 0.04)
+    got = [(await asyncio.wait_for(q.get(), SOON))[0] for _ in range(3)]
+    assert got == ["early", "middle", "late"]
+
+
+async def test_add_after_keeps_the_earlier_deadline():
+    q: DelayingQueue[str] = DelayingQueue()
+    # A sooner deadline replaces a later one, and wakes the waiting loop early to honour it.
+    q.add_after("a", 60)
+    await settle()  # the waiting loop is now asleep until the heartbeat
+    q.add_after("a", 0.02)
+    # A later deadline does not push back an earlier one.
+    q.add_after("b", 0.02)
+    q.add_after("b", 60)
+
+    got = {(await asyncio.wait_for(q.get(), SOON))[0] for _ in range(2)}
+    assert got == {"a", "b"}
+    await asyncio.sleep(0.03)
+    assert len(q) == 0, "each item waited once: no second copy fires"
+
+
+async def test_delayed_item_already_queued_is_deduplicated():
+    q: DelayingQueue[str] = DelayingQueue()
+    q.add("a")
+    q.add_after("a", 0.01)
+    await asyncio.sleep(0.03)
+    assert len(q) == 1
+
+
+async def test_shutdown_drops_waiting_items_and_stops_the_waiting_loop():
+    q: DelayingQueue[str] = DelayingQueue(name="")
+    q.add_after("a", 0.01)
+    await settle()
+    assert any(t.get_name().startswith("workqueue-delay") for t in asyncio.all_tasks())
+
+    q.shutdown()
+    await asyncio.sleep(0.03)
+    assert len(q) == 0
+    assert not any(t.get_name().startswith("workqueue-delay") for t in asyncio.all_tasks())
+
+
+# --- rate limiters ------------------------------------------------------------------------------
+
+
+def test_exponential_backoff_doubles_from_5ms_up_to_the_cap():
+    limiter = ItemExponentialFailureRateLimiter()
+    delays = [limiter.when("a") for _ in range(25)]
+    assert delays[:5] == pytest.approx([0.005, 0.010, 0.020, 0.040, 0.080])
+    assert delays[17] == pytest.approx(0.005 * 2**17)  # 655 s, still under the cap
+    assert delays[18:] == [1000.0] * 7
+    assert limiter.num_requeues("a") == 25
+
+
+def test_exponential_backoff_survives_huge_failure_counts():
+    limiter = ItemExponentialFailureRateLimiter(cap=60)
+    for _ in range(5000):
+        delay = limiter.when("a")
+    assert delay == 60
+
+
+def test_exponential_backoff_is_per_item_and_reset_by_forget():
+    limiter = ItemExponentialFailureRateLimiter()
+    limiter.when("a")
+    limiter.when("a")
+    assert limiter.when("b") == pytest.approx(0.005)
+    assert limiter.num_requeues("a") == 2
+
+    limiter.forget("a")
+    assert limiter.num_requeues("a") == 0
+    assert limiter.when("a") == pytest.approx(0.005)
+
+
+def test_bucket_limiter_allows_the_burst_then_spaces_by_qps():
+    clock = FakeClock()
+    limiter = BucketRateLimiter(qps=10, burst=100, clock=clock)
+    assert [limiter.when(i) for i in range(100)] == [0.0] * 100
+    assert limiter.when("x") == pytest.approx(0.1)
+    assert limiter.when("y") == pytest.approx(0.2)
+
+    clock.step(1.0)  # refills 10 tokens, 2 of them already owed
+    assert [limiter.when(i) for i in range(8)] == [0.0] * 8
+    assert limiter.when("z") == pytest.approx(0.1)
+    assert limiter.num_requeues("x") == 0
+
+
+def test_max_of_limiter_takes_the_longest_delay_and_forwards_forget():
+    clock = FakeClock()
+    exponential = ItemExponentialFailureRateLimiter(0.001, 1.0)
+    limiter = MaxOfRateLimiter(exponential, BucketRateLimiter(qps=1, burst=1, clock=clock))
+
+    assert limiter.when("a") == pytest.approx(0.001)  # bucket had a token
+    assert limiter.when("a") == pytest.approx(1.0)  # bucket empty: 1 s beats 2 ms
+    clock.step(10)
+    assert limiter.when("a") == pytest.approx(0.004)  # the item's own backoff kept counting
+    assert limiter.num_requeues("a") == 3
+
+    limiter.forget("a")
+    assert limiter.num_requeues("a") == 0
+    assert exponential.num_requeues("a") == 0
+
+
+def test_default_controller_rate_limiter_caps_per_item_backoff():
+    limiter = default_controller_rate_limiter(cap=60.0)
+    delays = [limiter.when("ns/a") for _ in range(20)]
+    assert delays[0] == pytest.approx(0.005)
+    assert delays[-1] == 60.0
+    assert limiter.num_requeues("ns/a") == 20
+
+
+def test_default_controller_rate_limiter_bucket_bites_after_100_items():
+    limiter = default_controller_rate_limiter()
+    for i in range(100):
+        assert limiter.when(f"ns/{i}") == pytest.approx(0.005)
+    # The 101st distinct item has no failures of its own but the overall bucket is empty.
+    # About 0.1 s (one token at 10 qps), less whatever the bucket refilled while we looped.
+    assert 0.05 < limiter.when("ns/next") <= 0.1
+
+
+# --- RateLimitingQueue --------------------------------------------------------------------------
+
+
+async def test_rate_limited_retries_until_success_then_forget():
+    q: RateLimitingQueue[str] = RateLimitingQueue(rate_limiter=ItemExponentialFailureRateLimiter(0.001, 1))
+    attempts: list[int] = []
+
+    async def worker() -> None:
+        while True:
+            key, shutdown = await q.get()
+            if shutdown:
+                return
+            attempts.append(q.num_requeues(key))
+            if len(attempts) < 3:
+                q.add_rate_limited(key)  # failed: retry with backoff
+            else:
+                q.forget(key)
+                q.shutdown()
+            q.done(key)
+
+    q.add("ns/a")
+    await asyncio.wait_for(worker(), SOON)
+    assert attempts == [0, 1, 2]
+    assert q.num_requeues("ns/a") == 0
+
+
+async def test_rate_limiting_queue_uses_the_default_controller_limiter():
+    q: RateLimitingQueue[str] = RateLimitingQueue()
+    q.add_rate_limited("a")
+    assert q.num_requeues("a") == 1
+    assert await asyncio.wait_for(q.get(), SOON) == ("a", False)
+    q.shutdown()
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+async def test_named_queue_reports_depth_adds_and_durations(queue_name):
+    clock = FakeClock()
+    q: Queue[str] = Queue(queue_name, clock=clock)
+    q.add("a")
+    q.add("a")  # duplicate: not counted
+    q.add("b")
+    assert sample("workqueue_adds_total", queue_name) == 2
+    assert sample("workqueue_depth", queue_name) == 2
+
+    clock.step(2.0)
+    await q.get()
+    assert sample("workqueue_depth", queue_name) == 1
+    assert sample("workqueue_queue_duration_seconds_count", queue_name) == 1
+    assert sample("workqueue_queue_duration_seconds_sum", queue_name) == pytest.approx(2.0)
+
+    clock.step(3.0)
+    q.done("a")
+    assert sample("workqueue_work_duration_seconds_count", queue_name) == 1
+    assert sample("workqueue_work_duration_seconds_sum", queue_name) == pytest.approx(3.0)
+
+
+async def test_readd_while_processing_counts_as_depth_until_served_again(queue_name):
+    q: Queue[str] = Queue(queue_name)
+    q.add("a")
+    await q.get()
+    q.add("a")
+    assert sample("workqueue_depth", queue_name) == 1
+    assert sample("workqueue_adds_total", queue_name) == 2
+    q.done("a")
+    await q.get()
+    assert sample("workqueue_depth", queue_name) == 0
+
+
+async def test_every_add_after_counts_as_a_retry(queue_name):
+    q: RateLimitingQueue[str] = RateLimitingQueue(queue_name, rate_limiter=ItemExponentialFailureRateLimiter(0.001, 1))
+    q.add_after("a", 0)
+    q.add_after("b", 60)
+    q.add_after("b", 60)
+    q.add_rate_limited("c")
+    assert sample("workqueue_retries_total", queue_name) == 4
+    q.shutdown()
+    q.add_after("d", 0)  # ignored once shutting down, like client-go
+    assert sample("workqueue_retries_total", queue_name) == 4
+
+
+async def test_in_flight_work_shows_in_the_progress_gauges(queue_name):
+    clock = FakeClock()
+    q: Queue[str] = Queue(queue_name, clock=clock)
+    q.add("a")
+    await q.get()
+    clock.step(3.0)
+
+    # Start times come back on the time.monotonic() scale whatever clock the queue uses.
+    [start] = q.processing_start_times()
+    assert time.monotonic() - start == pytest.approx(3.0, abs=0.5)
+    assert sample("workqueue_longest_running_processor_seconds", queue_name) == pytest.approx(3.0, abs=0.5)
+    assert sample("workqueue_unfinished_work_seconds", queue_name) == pytest.approx(3.0, abs=0.5)
+
+    q.done("a")
+    assert q.processing_start_times() == []
+    assert sample("workqueue_unfinished_work_seconds", queue_name) == 0
+
+
+async def test_unnamed_queue_reports_nothing():
+    q: RateLimitingQueue[str] = RateLimitingQueue(rate_limiter=ItemExponentialFailureRateLimiter(0.001, 1))
+    q.add("a")
+    q.add_after("b", 0)
+    q.add_rate_limited("c")
+    await q.get()
+    assert q.processing_start_times() == []
+    assert q not in metrics.workqueue_progress.queues
+    for metric in (
+        "workqueue_depth",
+        "workqueue_adds_total",
+        "workqueue_retries_total",
+        "workqueue_queue_duration_seconds_count",
+        "workqueue_unfinished_work_seconds",
+    ):
+        assert sample(metric, "") is None, metric
+    q.shutdown()
