@@ -1,0 +1,102 @@
+"""Informer delta processing without an API server: handlers, relist tombstones, late handlers, resync."""
+
+import asyncio
+
+from pykcm.client.resources import CONFIGMAPS
+from pykcm.informers.fifo import Delta, DeltaType
+from pykcm.informers.informer import SharedInformer
+from pykcm.informers.store import DeletedFinalStateUnknown
+
+
+def cm(name: str, rv: str) -> dict:
+    return {"kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def add(self, o):
+        self.events.append(("add", o["metadata"]["name"]))
+
+    def update(self, old, new):
+        self.events.append(("update", new["metadata"]["name"], old is new))
+
+    def delete(self, o):
+        tomb = isinstance(o, DeletedFinalStateUnknown)
+        name = (o.obj if tomb else o)["metadata"]["name"]
+        self.events.append(("delete", name, tomb))
+
+
+def informer_with(recorder: Recorder, resync: float = 0) -> SharedInformer:
+    informer = SharedInformer(client=None, resource=CONFIGMAPS)  # type: ignore[arg-type]  # no reflector runs
+    informer.add_event_handler(recorder.add, recorder.update, recorder.delete, resync=resync)
+    return informer
+
+
+def test_watch_deltas_reach_cache_and_handlers_in_order():
+    rec = Recorder()
+    informer = informer_with(rec)
+    informer._apply(Delta(DeltaType.REPLACED, [cm("a", "1")]))
+    informer._apply(Delta(DeltaType.ADDED, cm("b", "2")))
+    informer._apply(Delta(DeltaType.UPDATED, cm("a", "3")))
+    informer._apply(Delta(DeltaType.DELETED, cm("b", "4")))
+    assert informer.has_synced()
+    assert rec.events == [("add", "a"), ("add", "b"), ("update", "a", False), ("delete", "b", False)]
+    assert informer.indexer.keys() == ["ns/a"]
+    assert informer.indexer.get("ns/a")["metadata"]["resourceVersion"] == "3"
+
+
+def test_relist_delivers_tombstones_with_last_known_state_and_skips_unchanged():
+    rec = Recorder()
+    informer = informer_with(rec)
+    informer._apply(Delta(DeltaType.REPLACED, [cm("keep", "1"), cm("change", "1"), cm("vanish", "7")]))
+    rec.events.clear()
+    informer._apply(Delta(DeltaType.REPLACED, [cm("keep", "1"), cm("change", "9"), cm("new", "9")]))
+    assert ("delete", "vanish", True) in rec.events
+    assert ("update", "change", False) in rec.events
+    assert ("add", "new") in rec.events
+    assert not any(e[1] == "keep" for e in rec.events)  # same resourceVersion: no event
+    assert sorted(informer.indexer.keys()) == ["ns/change", "ns/keep", "ns/new"]
+
+
+def test_tombstone_carries_last_state():
+    seen = []
+    informer = SharedInformer(client=None, resource=CONFIGMAPS)  # type: ignore[arg-type]
+    informer.add_event_handler(on_delete=seen.append)
+    informer._apply(Delta(DeltaType.REPLACED, [cm("x", "5")]))
+    informer._apply(Delta(DeltaType.REPLACED, []))
+    assert seen[0].key == "ns/x" and seen[0].obj["metadata"]["resourceVersion"] == "5"
+
+
+def test_late_handler_hears_about_existing_objects():
+    informer = informer_with(Recorder())
+    informer._apply(Delta(DeltaType.REPLACED, [cm("a", "1"), cm("b", "1")]))
+    late = Recorder()
+    reg = informer.add_event_handler(late.add, late.update, late.delete)
+    assert sorted(late.events) == [("add", "a"), ("add", "b")]
+    assert reg.has_synced()
+
+
+def test_failing_handler_does_not_stop_the_others():
+    rec = Recorder()
+    informer = SharedInformer(client=None, resource=CONFIGMAPS)  # type: ignore[arg-type]
+    informer.add_event_handler(on_add=lambda o: 1 / 0)
+    informer.add_event_handler(on_add=rec.add)
+    informer._apply(Delta(DeltaType.ADDED, cm("a", "1")))
+    assert rec.events == [("add", "a")]
+
+
+async def test_resync_replays_cache_as_updates_without_listing():
+    rec = Recorder()
+    informer = informer_with(rec, resync=1.0)  # 1 s is the floor client-go enforces
+    informer._apply(Delta(DeltaType.REPLACED, [cm("a", "1")]))
+    task = asyncio.create_task(informer._resync_loop())
+    try:
+        for _ in range(40):
+            if ("update", "a", True) in rec.events:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+    assert ("update", "a", True) in rec.events  # old is new: a resync, not a change
