@@ -1,8 +1,8 @@
 """List, then watch; keep a DeltaFIFO fed with every change, relisting when history is gone.
 
-Follows client-go's tools/cache/reflector.go: the first LIST is paginated (limit 500) at
-resourceVersion "0"; WATCH resumes from the last seen resourceVersion with bookmarks and a
-randomised server timeout; 410 Gone means relist; network errors back off 0.8 s .. 30 s.
+Follows client-go's tools/cache/reflector.go: LIST is paginated (limit 500); WATCH resumes
+from the last seen resourceVersion with bookmarks and a randomised server timeout; 410 Gone
+means relist; network errors back off 0.8 s .. 30 s.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ class Reflector:
         self.transform = transform
         self.params = params or {}  # labelSelector / fieldSelector
         self.last_resource_version = ""
-        self._quorum_list = False  # set after the watch cache says our resourceVersion is too old
         self._backoff = Backoff(0.8, 30.0, factor=2.0, jitter=1.0, reset_after=120.0)
         self.label = resource.name
 
@@ -84,29 +83,17 @@ class Reflector:
     # -- list -----------------------------------------------------------------------------------------
 
     async def _list(self) -> None:
-        path = self.resource.path()
-        # "0" lets the apiserver answer from its watch cache; "" forces a consistent read.
-        rv = "" if self._quorum_list else self.last_resource_version or "0"
-        # A specific resourceVersion other than "0" cannot be paginated by the server.
-        paginate = rv in ("", "0")
-        try:
-            items, list_rv = await self._paged_list(path, rv, paginate)
-        except Gone:
-            if rv == "":
-                raise
-            # Our resourceVersion is older than the server's history: one consistent (quorum) list.
-            self._quorum_list = True
-            items, list_rv = await self._paged_list(path, "", True)
-        self._quorum_list = False
+        # A consistent list (no resourceVersion), not client-go's "0": at "0" the apiserver answers
+        # from its watch cache in one piece and ignores `limit`; a consistent list is paginated, is
+        # served from the watch cache too since 1.31, and cannot fail with 410 for an old version.
+        items, list_rv = await self._paged_list(self.resource.path())
         metrics.informer_relists.labels(self.label).inc()
         self.fifo.push(DeltaType.REPLACED, [self.transform(obj) for obj in items])
         self._set_resource_version(list_rv)
         log.v(2).info("Listed", resource=self.label, items=len(items), resourceVersion=list_rv)
 
-    async def _paged_list(self, path: str, rv: str, paginate: bool) -> tuple[list[dict], str]:
-        params: dict[str, Any] = {**self.params, "resourceVersion": rv or None}
-        if paginate:
-            params["limit"] = PAGE_SIZE
+    async def _paged_list(self, path: str) -> tuple[list[dict], str]:
+        params: dict[str, Any] = {**self.params, "limit": PAGE_SIZE}
         items: list[dict] = []
         while True:
             try:
@@ -116,7 +103,7 @@ class Reflector:
                     raise
                 # The continue token expired between pages: fall back to one full list.
                 log.info("Continue token expired, listing in full", resource=self.label)
-                full = await self.client.request("GET", path, params={**self.params, "resourceVersion": rv or None})
+                full = await self.client.request("GET", path, params=self.params)
                 return full.get("items") or [], full["metadata"].get("resourceVersion", "")
             kind = page.get("kind", "").removesuffix("List")
             for obj in page.get("items") or []:
