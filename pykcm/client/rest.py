@@ -108,6 +108,7 @@ class RestClient:
                 ) as resp:
                     raw = await resp.read()
                     code = resp.status
+                    is_json = "json" in resp.content_type
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 metrics.rest_client_requests.labels("<error>", method, host).inc()
                 raise TransportError(f"{method} {path}: {exc or type(exc).__name__}") from None
@@ -115,7 +116,9 @@ class RestClient:
                 metrics.rest_client_request_duration.labels(method, host).observe(time.monotonic() - start)
             metrics.rest_client_requests.labels(str(code), method, host).inc()
             if code < 300:
-                return orjson.loads(raw) if raw else None
+                if not raw:
+                    return None
+                return orjson.loads(raw) if is_json else raw.decode(errors="replace")
             err = error_from_status(code, _decode(raw))
             if isinstance(err, TooManyRequests) and attempt < MAX_THROTTLE_RETRIES:
                 await asyncio.sleep(err.retry_after or 1.0)

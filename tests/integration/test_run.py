@@ -1,0 +1,101 @@
+"""`pykcm run` as users run it: a real process against the real apiserver, stopped by signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pykcm.client.errors import NotFound
+from pykcm.client.resources import NAMESPACES, SERVICEACCOUNTS
+from tests.support import PykcmProcess, admin_client, create_namespace, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+async def default_sa_appears(kubeconfig: Path | str) -> None:
+    client = admin_client(kubeconfig)
+    try:
+        ns = await create_namespace(client, "run", service_account=False)
+
+        async def present() -> bool:
+            try:
+                return bool(await client.get(SERVICEACCOUNTS, "default", namespace=ns))
+            except NotFound:
+                return False
+
+        await wait_for(present, timeout=30, message=f"ServiceAccount {ns}/default")
+        await client.delete(NAMESPACES, ns)
+    finally:
+        await client.close()
+
+
+async def test_run_syncs_caches_works_and_stops_cleanly_on_sigterm(control_plane, tmp_path):
+    proc = PykcmProcess(
+        "--kubeconfig", str(control_plane.kubeconfig), "--controllers", "serviceaccount", "--v", "2",
+        log_path=tmp_path / "pykcm.log",
+    )
+    try:
+        await proc.wait_for_log("Caches are synced")
+        await default_sa_appears(control_plane.kubeconfig)
+        proc.signal(signal.SIGTERM)
+        assert await proc.wait(30) == 0, proc.log()[-2000:]
+        assert '"Stopped"' in proc.log()
+        assert "Traceback" not in proc.log()
+    finally:
+        proc.kill()
+
+
+async def test_run_local_starts_its_own_control_plane_serves_and_stops(tmp_path):
+    proc = PykcmProcess("--local", "--controllers", "serviceaccount", log_path=tmp_path / "local.log")
+    try:
+        await proc.wait_for_log("Caches are synced", timeout=180)
+        kubeconfig = Path(re.search(r"kubeconfig: (\S+)", proc.log()).group(1))
+        state = json.loads((kubeconfig.parent / "testenv.json").read_text())
+        pids = [p["pid"] for p in state["processes"].values()]
+        assert pids and all(_alive(pid) for pid in pids)
+        await default_sa_appears(kubeconfig)
+        proc.signal(signal.SIGINT)
+        assert await proc.wait(60) == 0, proc.log()[-2000:]
+        assert not any(_alive(pid) for pid in pids), "the local control plane outlived pykcm"
+        assert not kubeconfig.parent.exists()
+    finally:
+        proc.kill()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["run", "--kubeconfig", "/does/not/exist"], 1, "does not exist"),
+        (["run", "--master", "https://127.0.0.1:1", "--controllers", "serviceaccount"], 1, "apiserver"),
+        (["run", "--controllers", "nope"], 2, "not in the list of known controllers"),
+        (["run", "--kube-api-qps", "fast"], 2, "--kube-api-qps"),
+        (["run", "--min-resync-period", "12 hours"], 2, "invalid duration"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code(args, code, message, tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pykcm.cli", *args],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pykcm: error:"), result.stderr
+    assert message in lines[0]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
