@@ -1,0 +1,170 @@
+"""TLS material for the local control plane: one CA, the apiserver serving cert, client certs
+for the admin and for kube-controller-manager, and the service-account signing key pair."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+APISERVER_DNS_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+# 10.0.0.1 is the first address of --service-cluster-ip-range, the `kubernetes` Service's ClusterIP.
+APISERVER_IPS = ("127.0.0.1", "10.0.0.1")
+FRONT_PROXY_CN = "front-proxy-client"
+VALIDITY = datetime.timedelta(days=365)
+
+_Key = ec.EllipticCurvePrivateKey
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Paths of the PEM files in DIR/pki; field `x_cert` is file `x.crt`, `x_key` is `x.key`."""
+
+    ca_cert: Path
+    ca_key: Path
+    apiserver_cert: Path
+    apiserver_key: Path
+    admin_cert: Path
+    admin_key: Path
+    kcm_cert: Path
+    kcm_key: Path
+    front_proxy_cert: Path
+    front_proxy_key: Path
+    sa_key: Path
+    sa_pub: Path
+
+    @classmethod
+    def at(cls, directory: Path) -> Pki:
+        suffixes = {"cert": "crt", "key": "key", "pub": "pub"}
+        paths = {}
+        for f in fields(cls):
+            stem, kind = f.name.rsplit("_", 1)
+            paths[f.name] = directory / f"{stem}.{suffixes[kind]}"
+        return cls(**paths)
+
+    def exists(self) -> bool:
+        return all(getattr(self, f.name).exists() for f in fields(self))
+
+
+def ensure_pki(directory: Path) -> Pki:
+    """Generate the PKI under `directory` unless a complete one is already there (kept across
+    restarts so existing kubeconfigs stay valid)."""
+    pki = Pki.at(directory)
+    if pki.exists():
+        return pki
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = _ec_key()
+    ca_cert = _ca_cert(ca_key)
+    _write_pair(pki.ca_cert, pki.ca_key, ca_cert, ca_key)
+    _issue(pki.apiserver_cert, pki.apiserver_key, ca_cert, ca_key, _name("kube-apiserver"), server=True)
+    _issue(pki.admin_cert, pki.admin_key, ca_cert, ca_key, _name("pykcm-admin", "system:masters"), server=False)
+    _issue(pki.kcm_cert, pki.kcm_key, ca_cert, ca_key, _name("system:kube-controller-manager"), server=False)
+    # Lets the apiserver publish the request-header CA that delegated authn (KCM) expects.
+    _issue(pki.front_proxy_cert, pki.front_proxy_key, ca_cert, ca_key, _name(FRONT_PROXY_CN), server=False)
+    _write_sa_keys(pki)
+    return pki
+
+
+def _ec_key() -> _Key:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attrs)
+
+
+def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        # Backdated so a clock that is a little behind still accepts the certs.
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + VALIDITY)
+    )
+
+
+def _ca_cert(key: _Key) -> x509.Certificate:
+    subject = _name("pykcm-testenv-ca")
+    return (
+        _builder(subject, subject, key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+
+
+def _issue(
+    cert_path: Path,
+    key_path: Path,
+    ca_cert: x509.Certificate,
+    ca_key: _Key,
+    subject: x509.Name,
+    *,
+    server: bool,
+) -> None:
+    key = _ec_key()
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    builder = (
+        _builder(subject, ca_cert.subject, key.public_key())
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+    )
+    if server:
+        sans: list[x509.GeneralName] = [x509.DNSName(n) for n in APISERVER_DNS_NAMES]
+        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in APISERVER_IPS]
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    _write_pair(cert_path, key_path, builder.sign(ca_key, hashes.SHA256()), key)
+
+
+def _write_pair(cert_path: Path, key_path: Path, cert: x509.Certificate, key: _Key) -> None:
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(key_path, key)
+
+
+def _write_private(path: Path, key: _Key | rsa.RSAPrivateKey) -> None:
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    path.touch(mode=0o600, exist_ok=True)
+    path.write_bytes(pem)
+
+
+def _write_sa_keys(pki: Pki) -> None:
+    # RSA: every apiserver/KCM version accepts it for service-account tokens.
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _write_private(pki.sa_key, key)
+    pki.sa_pub.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )

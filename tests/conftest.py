@@ -1,0 +1,37 @@
+"""Shared fixtures. Integration tests run against one real local control plane per session
+(etcd + kube-apiserver built from k8s.io/kubernetes); a build failure errors them, never skips."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pykcm.testenv.controlplane import ControlPlane, running
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def _terminal_log(config: pytest.Config) -> Callable[[str], None]:
+    """Show control-plane progress even under output capture: the first run builds for minutes."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+
+    def log(message: str) -> None:
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            print(f"\n[testenv] {message}", flush=True)
+
+    return log
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
+    with running(tmp_path_factory.mktemp("control-plane"), log=_terminal_log(pytestconfig)) as plane:
+        yield plane
