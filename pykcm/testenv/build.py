@@ -1,4 +1,4 @@
-"""Find or build the real kube-apiserver, kube-controller-manager and etcd binaries.
+"""Find or build the real kube-apiserver, kube-controller-manager, etcd and kubectl binaries.
 
 `KUBEBUILDER_ASSETS` (the envtest convention) wins; otherwise the Go module shipped in
 `gomod/` is built once per content hash into the user cache.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 KUBERNETES_VERSION = "v1.36.3"
 GOMOD_DIR = Path(__file__).parent / "gomod"
-APISERVER, KCM, ETCD = "kube-apiserver", "kube-controller-manager", "etcd"
-COMPONENTS = (APISERVER, KCM, ETCD)
+APISERVER, KCM, ETCD, KUBECTL = "kube-apiserver", "kube-controller-manager", "etcd", "kubectl"
+COMPONENTS = (APISERVER, KCM, ETCD, KUBECTL)
 _LDFLAGS = " ".join(
     [
         "-s -w",
@@ -46,24 +46,36 @@ class Binaries:
     apiserver: Path
     etcd: Path
     kcm: Path | None = None
+    kubectl: Path | None = None
 
 
-def ensure_binaries(need_kcm: bool = False, log: Callable[[str], None] = print) -> Binaries:
+def ensure_binaries(
+    need_kcm: bool = False, log: Callable[[str], None] = print, need_kubectl: bool = False
+) -> Binaries:
     assets = os.environ.get("KUBEBUILDER_ASSETS")
     if assets:
-        return _from_assets(Path(assets), need_kcm, log)
+        return _from_assets(Path(assets), need_kcm, need_kubectl, log)
     built = _ensure_built(log)
-    return Binaries(apiserver=built / APISERVER, etcd=built / ETCD, kcm=built / KCM)
+    return Binaries(apiserver=built / APISERVER, etcd=built / ETCD, kcm=built / KCM, kubectl=built / KUBECTL)
 
 
-def _from_assets(assets: Path, need_kcm: bool, log: Callable[[str], None]) -> Binaries:
+def _from_assets(assets: Path, need_kcm: bool, need_kubectl: bool, log: Callable[[str], None]) -> Binaries:
     missing = [name for name in (APISERVER, ETCD) if not _is_executable(assets / name)]
     if missing:
         raise BuildError(f"KUBEBUILDER_ASSETS={assets} has no executable {' or '.join(missing)}")
-    kcm: Path | None = assets / KCM
-    if not _is_executable(kcm):
-        kcm = _ensure_built(log) / KCM if need_kcm else None
-    return Binaries(apiserver=assets / APISERVER, etcd=assets / ETCD, kcm=kcm)
+
+    def optional(name: str, needed: bool) -> Path | None:
+        # envtest assets usually hold kubectl but never the KCM; build what is needed and missing.
+        if _is_executable(assets / name):
+            return assets / name
+        return _ensure_built(log) / name if needed else None
+
+    return Binaries(
+        apiserver=assets / APISERVER,
+        etcd=assets / ETCD,
+        kcm=optional(KCM, need_kcm),
+        kubectl=optional(KUBECTL, need_kubectl),
+    )
 
 
 def _is_executable(path: Path) -> bool:
