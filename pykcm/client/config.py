@@ -27,6 +27,8 @@ class ClientConfig:
     qps: float = 20.0
     burst: int = 30
     user_agent: str = ""
+    ca_file: str | None = None  # to build clients that trust the server but present other credentials
+    verify_tls: bool = True
 
     def with_limits(self, qps: float, burst: int) -> ClientConfig:
         return replace(self, qps=qps, burst=burst)
@@ -60,21 +62,40 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         cfg.host = master
     if not cfg.host:
         raise ConfigError("no API server address: give --kubeconfig or --master")
+    https = cfg.host.startswith("https")
     return ClientConfig(
         host=cfg.host.rstrip("/"),
-        ssl_context=_ssl_context(cfg) if cfg.host.startswith("https") else None,
+        ssl_context=tls_context(cfg.ssl_ca_cert, cfg.verify_ssl, cfg.cert_file, cfg.key_file) if https else None,
         token_source=lambda: cfg.get_api_key_with_prefix("authorization"),
+        ca_file=cfg.ssl_ca_cert,
+        verify_tls=bool(cfg.verify_ssl),
     )
 
 
-def _ssl_context(cfg: k8s_client.Configuration) -> ssl.SSLContext:
+def bearer_token_config(base: ClientConfig, token_source: Callable[[], str | None]) -> ClientConfig:
+    """Same server and trust as `base`, but authenticating only with the given bearer token.
+
+    No client certificate is presented: the apiserver would authenticate a request by its
+    certificate before looking at the token.
+    """
+    https = base.host.startswith("https")
+    return replace(
+        base,
+        ssl_context=tls_context(base.ca_file, base.verify_tls) if https else None,
+        token_source=token_source,
+    )
+
+
+def tls_context(
+    ca_file: str | None, verify: bool = True, cert_file: str | None = None, key_file: str | None = None
+) -> ssl.SSLContext:
     try:
-        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
-        if not cfg.verify_ssl:
+        ctx = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+        if not verify:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
-        if cfg.cert_file:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        if cert_file:
+            ctx.load_cert_chain(cert_file, key_file)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"invalid TLS configuration: {exc}") from None
     return ctx
