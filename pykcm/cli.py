@@ -14,7 +14,14 @@ import typer
 
 from pykcm import __version__
 from pykcm import log as logging_setup
-from pykcm.options import Options, OptionsError, format_duration, parse_duration, resolve_controllers
+from pykcm.options import (
+    Options,
+    OptionsError,
+    format_duration,
+    parse_bool,
+    parse_duration,
+    resolve_controllers,
+)
 
 # typer may vendor its own click; take the exception classes from typer's hierarchy, not `import click`.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -52,7 +59,7 @@ def _duration(flag: str, text: str) -> float:
 def run(
     kubeconfig: Annotated[str | None, typer.Option(help="Path to a kubeconfig file with authorization and master location.")] = None,
     master: Annotated[str | None, typer.Option(help="The address of the Kubernetes API server (overrides any value in kubeconfig).")] = None,
-    controllers: Annotated[str, typer.Option(help="Controllers to enable: '*' enables all on-by-default controllers, 'foo' enables 'foo', '-foo' disables 'foo'; first match wins.")] = "*",
+    controllers: Annotated[str, typer.Option(help="Controllers to enable: 'foo' enables 'foo', '-foo' disables 'foo' (the first entry naming a controller wins), '*' enables every other on-by-default controller.")] = "*",
     concurrent_replicaset_syncs: Annotated[int, typer.Option(help="ReplicaSets allowed to sync concurrently.")] = _defaults.concurrent_replicaset_syncs,
     concurrent_namespace_syncs: Annotated[int, typer.Option(help="Namespace objects allowed to sync concurrently.")] = _defaults.concurrent_namespace_syncs,
     namespace_sync_period: Annotated[str, typer.Option(help="Period for re-checking terminating namespaces.")] = format_duration(_defaults.namespace_sync_period),
@@ -60,6 +67,20 @@ def run(
     kube_api_burst: Annotated[int, typer.Option(help="Burst to use while talking with the Kubernetes API server.")] = _defaults.kube_api_burst,
     min_resync_period: Annotated[str, typer.Option(help="Resync period of informers: random between this and twice this.")] = format_duration(_defaults.min_resync_period),
     local: Annotated[bool, typer.Option("--local", help="Start a real local control plane (etcd + kube-apiserver) and run against it.")] = False,
+    leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect", help="Run leader election (a Lease) and start controllers only while leading. KCM's --leader-elect=false also works.")] = _defaults.leader_elect,
+    leader_elect_lease_duration: Annotated[str, typer.Option(help="How long a standby waits after the last observed renewal before taking over.")] = format_duration(_defaults.leader_elect_lease_duration),
+    leader_elect_renew_deadline: Annotated[str, typer.Option(help="How long the leader keeps retrying a renewal before it gives up leading (and exits).")] = format_duration(_defaults.leader_elect_renew_deadline),
+    leader_elect_retry_period: Annotated[str, typer.Option(help="How long candidates wait between attempts to acquire or renew.")] = format_duration(_defaults.leader_elect_retry_period),
+    leader_elect_resource_lock: Annotated[str, typer.Option(help="The lock object type; only 'leases' exists.")] = _defaults.leader_elect_resource_lock,
+    leader_elect_resource_name: Annotated[str, typer.Option(help="Name of the Lease used for leader election.")] = _defaults.leader_elect_resource_name,
+    leader_elect_resource_namespace: Annotated[str, typer.Option(help="Namespace of the Lease used for leader election.")] = _defaults.leader_elect_resource_namespace,
+    secure_port: Annotated[int, typer.Option(help="HTTPS port for /healthz, /livez, /readyz and /metrics; 0 disables serving.")] = _defaults.secure_port,
+    bind_address: Annotated[str, typer.Option(help="IP address to listen on (0.0.0.0 for all IPv4 interfaces).")] = _defaults.bind_address,
+    tls_cert_file: Annotated[str | None, typer.Option(help="Serving certificate (PEM); a self-signed one is generated in memory if omitted.")] = None,
+    tls_private_key_file: Annotated[str | None, typer.Option(help="Private key for --tls-cert-file (PEM).")] = None,
+    authentication_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create tokenreviews; defaults to the main credentials.")] = None,
+    authorization_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create subjectaccessreviews; defaults to the main credentials.")] = None,
+    authorization_always_allow_paths: Annotated[str, typer.Option(help="Comma-separated HTTP paths served without authorization (exact, or prefix ending in '*').")] = ",".join(_defaults.authorization_always_allow_paths),
     verbosity: Annotated[int, typer.Option("-v", "--v", help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
     logging_format: Annotated[LogFormat, typer.Option(help="Log format.")] = LogFormat.text,
 ) -> None:
@@ -75,6 +96,20 @@ def run(
         kube_api_burst=kube_api_burst,
         min_resync_period=_duration("--min-resync-period", min_resync_period),
         local=local,
+        leader_elect=leader_elect,
+        leader_elect_lease_duration=_duration("--leader-elect-lease-duration", leader_elect_lease_duration),
+        leader_elect_renew_deadline=_duration("--leader-elect-renew-deadline", leader_elect_renew_deadline),
+        leader_elect_retry_period=_duration("--leader-elect-retry-period", leader_elect_retry_period),
+        leader_elect_resource_lock=leader_elect_resource_lock,
+        leader_elect_resource_name=leader_elect_resource_name,
+        leader_elect_resource_namespace=leader_elect_resource_namespace,
+        secure_port=secure_port,
+        bind_address=bind_address,
+        tls_cert_file=tls_cert_file,
+        tls_private_key_file=tls_private_key_file,
+        authentication_kubeconfig=authentication_kubeconfig,
+        authorization_kubeconfig=authorization_kubeconfig,
+        authorization_always_allow_paths=[p.strip() for p in authorization_always_allow_paths.split(",") if p.strip()],
     )
     try:
         options.validate()
@@ -171,16 +206,38 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     errors: list[type[BaseException]] = [ConfigError, ManagerError, PluginError, OSError]
     with contextlib.suppress(ImportError):
-        from pykcm.testenv.build import BuildError
-        from pykcm.testenv.controlplane import ControlPlaneError
+        from pykcm.testenv.build import ControlPlaneError  # BuildError is one of these
 
-        errors += [BuildError, ControlPlaneError]
+        errors.append(ControlPlaneError)
     return tuple(errors)
+
+
+# KCM's boolean flags (pflag) take `--flag`, `--flag=true` and `--flag=false`; typer's flag pairs
+# take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working.
+_GO_BOOL_FLAGS = ("--leader-elect",)
+
+
+def _translate_go_bool_flags(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return out + argv[i:]
+        flag, sep, value = arg.partition("=")
+        if sep and flag in _GO_BOOL_FLAGS:
+            try:
+                enabled = parse_bool(value)
+            except OptionsError as err:
+                raise UsageError(f"invalid argument {value!r} for {flag}: {err}") from None
+            out.append(flag if enabled else f"--no-{flag.removeprefix('--')}")
+        else:
+            out.append(arg)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        result = app(args=argv, prog_name="pykcm", standalone_mode=False)
+        args = _translate_go_bool_flags(sys.argv[1:] if argv is None else list(argv))
+        result = app(args=args, prog_name="pykcm", standalone_mode=False)
     except UsageError as err:
         if type(err).__name__ == "NoArgsIsHelpError":
             typer.echo(err.ctx.get_help() if err.ctx else "", err=True)
@@ -194,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         return 130
     except _user_errors() as err:
-        print(f"pykcm: error: {' '.join(str(err).split())}", file=sys.stderr)
+        # Errors may carry a log tail on later lines; the user gets the summary line.
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"pykcm: error: {first_line}", file=sys.stderr)
         return 1
     return result if isinstance(result, int) else 0
 

@@ -67,7 +67,7 @@ class EventRecorder:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._send_loop(), name=f"events {self.component}")
         try:
-            self._pending.put_nowait({"involved": involved, "type": type_, "reason": reason, "message": message})
+            self._pending.put_nowait({"involved": involved, "type_": type_, "reason": reason, "message": message})
         except asyncio.QueueFull:
             log.error(None, "Dropping event, queue full", reason=reason, object=involved["name"])
 

@@ -1,29 +1,56 @@
-"""Builds the shared informer factory and the enabled controllers, runs them, stops them cleanly."""
+"""Builds the shared informer factory and the enabled controllers, runs them, stops them cleanly.
+
+Order of a run: wait for the apiserver (10 s, as KCM's controller context), start the HTTPS
+server, then either run the controllers or, with leader election, stand by until this process
+holds the Lease and run them while it keeps renewing. A standby starts no informers and writes
+nothing but the Lease. Losing the Lease stops everything at once and is an error (KCM exits 1);
+a signal drains the workers, then releases the Lease so a standby takes over without waiting
+for it to expire.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from pykcm import metrics
-from pykcm.client.config import ClientConfig
+from pykcm.client.config import ClientConfig, load_config
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, ControllerContext
 from pykcm.events import EventRecorder
+from pykcm.healthz import HealthCheck, controller_check
 from pykcm.informers.factory import SharedInformerFactory
+from pykcm.leaderelection import (
+    USER_AGENT_SUFFIX,
+    LeaderElectionConfig,
+    LeaderElector,
+    LeaseLock,
+    new_identity,
+)
 from pykcm.log import get_logger
 from pykcm.options import Options
+from pykcm.server import (
+    DelegatingAuthenticator,
+    DelegatingAuthorizer,
+    SecureServer,
+    ServingError,
+    load_client_ca,
+    server_ssl_context,
+)
 
 log = get_logger("controller-manager")
 
 MANAGER_NAME = "pykcm"
+EVENT_COMPONENT = "pykcm"  # source of the LeaderElection events (KCM: kube-controller-manager)
 APISERVER_HEALTH_TIMEOUT = 10.0  # KCM gives up building its controller context after 10 s
 SHUTDOWN_DRAIN_TIMEOUT = 30.0  # in-flight syncs get this long to finish on SIGTERM
+DELEGATED_AUTH_QPS, DELEGATED_AUTH_BURST = 200.0, 400  # KCM's TokenReview/SubjectAccessReview clients
 
 
 class ManagerError(Exception):
-    """A start-up failure the user must see as one line (and exit 1)."""
+    """A failure the user must see as one line (and exit 1)."""
 
 
 class Manager:
@@ -34,13 +61,27 @@ class Manager:
         self.controller_classes = controllers
         self.controllers: list[Controller] = []
         self.synced = asyncio.Event()
+        self.identity = new_identity()
+        self.elector: LeaderElector | None = None
+        self.server: SecureServer | None = None
+        # What /healthz reports: leaderElection (when electing), then one per started controller.
+        self.health_checks: list[HealthCheck] = []
+        self._drain_timeout = SHUTDOWN_DRAIN_TIMEOUT
+        self._extra_clients: list[RestClient] = []
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
             await self._wait_for_apiserver()
-            await self._run_controllers(stop)
+            await self._start_server()
+            if self.options.leader_elect:
+                await self._run_leader_elected(stop)
+            else:
+                await self._run_controllers(stop)
         finally:
-            await self.client.close()
+            if self.server is not None:
+                await self.server.stop()
+            for client in (*self._extra_clients, self.client):
+                await client.close()
 
     async def _wait_for_apiserver(self) -> None:
         deadline = time.monotonic() + APISERVER_HEALTH_TIMEOUT
@@ -53,6 +94,99 @@ class Manager:
                 last_error = " ".join(str(err).split())
             await asyncio.sleep(1.0)
         raise ManagerError(f"failed to wait for apiserver being healthy: {last_error}")
+
+    # -- serving --------------------------------------------------------------------------------------
+
+    def _delegated_client(self, kubeconfig: str | None, name: str) -> RestClient:
+        """The TokenReview/SubjectAccessReview client: its own kubeconfig, or the main credentials."""
+        if not kubeconfig:
+            return self.client.for_controller(name, DELEGATED_AUTH_QPS, DELEGATED_AUTH_BURST)
+        client = RestClient(load_config(kubeconfig).with_limits(DELEGATED_AUTH_QPS, DELEGATED_AUTH_BURST), name)
+        self._extra_clients.append(client)
+        return client
+
+    async def _start_server(self) -> None:
+        opts = self.options
+        if opts.secure_port == 0:
+            log.info("Secure serving is disabled (--secure-port=0)")
+            return
+        authn_client = self._delegated_client(opts.authentication_kubeconfig, "authentication-delegator")
+        authz_client = self._delegated_client(opts.authorization_kubeconfig, "authorization-delegator")
+        try:
+            context = server_ssl_context(
+                opts.tls_cert_file, opts.tls_private_key_file, opts.bind_address, await load_client_ca(authn_client)
+            )
+            server = SecureServer(
+                opts.bind_address,
+                opts.secure_port,
+                context,
+                lambda: list(self.health_checks),
+                DelegatingAuthenticator(authn_client),
+                DelegatingAuthorizer(authz_client, opts.authorization_always_allow_paths),
+            )
+            await server.start()
+        except ServingError as err:
+            raise ManagerError(str(err)) from None
+        self.server = server
+
+    # -- leader election ------------------------------------------------------------------------------
+
+    def _build_elector(self) -> LeaderElector:
+        opts = self.options
+        config = LeaderElectionConfig(
+            opts.leader_elect_lease_duration, opts.leader_elect_renew_deadline, opts.leader_elect_retry_period
+        )
+        client = self.client.for_controller(USER_AGENT_SUFFIX)
+        lock = LeaseLock(
+            client,
+            opts.leader_elect_resource_namespace,
+            opts.leader_elect_resource_name,
+            self.identity,
+            EventRecorder(client, EVENT_COMPONENT),
+            request_timeout=config.request_timeout,
+        )
+        return LeaderElector(lock, config)
+
+    async def _run_leader_elected(self, stop: asyncio.Event) -> None:
+        elector = self.elector = self._build_elector()
+        self.health_checks.insert(0, HealthCheck("leaderElection", elector.check))
+        try:
+            if await elector.acquire(stop):
+                await self._lead(elector, stop)
+        finally:
+            if elector.lock.events is not None:
+                await elector.lock.events.close()
+
+    async def _lead(self, elector: LeaderElector, stop: asyncio.Event) -> None:
+        """Run the controllers while renewing; lost lease → abort and raise, signal → drain and release."""
+        stop_renewing, stop_controllers = asyncio.Event(), asyncio.Event()
+        renewing = asyncio.create_task(elector.renew(stop_renewing), name="leader-election renew")
+        running = asyncio.create_task(self._run_controllers(stop_controllers), name="controllers")
+        signalled = asyncio.create_task(stop.wait())
+        lost = False
+        try:
+            await asyncio.wait({renewing, running, signalled}, return_when=asyncio.FIRST_COMPLETED)
+            lost = renewing.done() and not _succeeded(renewing)
+            if lost:
+                # Another process may lead as soon as the lease expires: stop now, don't drain.
+                log.error(None, "leaderelection lost", lease=elector.lock.describe())
+                self._drain_timeout = 0.0
+            stop_controllers.set()
+            await running  # re-raises a controller crash after shutting the rest down
+        finally:
+            signalled.cancel()
+            if not running.done():  # we are being cancelled ourselves
+                stop_controllers.set()
+                self._drain_timeout = 0.0
+                await asyncio.gather(running, return_exceptions=True)
+            stop_renewing.set()
+            still_leading = await _result_or_false(renewing)
+            if still_leading and not lost:
+                await elector.release()
+        if lost:
+            raise ManagerError("leaderelection lost")
+
+    # -- controllers ----------------------------------------------------------------------------------
 
     def _build_controllers(self) -> None:
         for cls in self.controller_classes:
@@ -82,9 +216,13 @@ class Manager:
         workers = [asyncio.create_task(c.run(), name=f"controller {c.name}") for c in self.controllers]
         for controller in self.controllers:
             metrics.running_managed_controllers.labels(controller.name, MANAGER_NAME).set(1)
+            controller.last_progress = time.monotonic()  # progress is judged from when workers start
+            self.health_checks.append(controller_check(controller))
         waiter = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({waiter, *workers}, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
+        try:
+            done, _ = await asyncio.wait({waiter, *workers}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
         crashed = [t for t in done if t is not waiter and t.exception()]
         await self._shutdown(workers)
         if crashed:
@@ -95,7 +233,7 @@ class Manager:
         for controller in self.controllers:
             controller.queue.shutdown()
         if workers:
-            _, pending = await asyncio.wait(workers, timeout=SHUTDOWN_DRAIN_TIMEOUT)
+            _, pending = await asyncio.wait(workers, timeout=self._drain_timeout)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
@@ -104,3 +242,14 @@ class Manager:
         await asyncio.gather(*(c.events.close() for c in self.controllers))
         await self.factory.shutdown()
         log.info("Stopped")
+
+
+def _succeeded(task: asyncio.Task[bool]) -> bool:
+    return not task.cancelled() and task.exception() is None and bool(task.result())
+
+
+async def _result_or_false(task: asyncio.Task[bool]) -> bool:
+    """A finished renew loop's answer; False if it failed or was cancelled."""
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        return await task
+    return False

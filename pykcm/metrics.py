@@ -59,14 +59,17 @@ rest_client_rate_limiter_duration = Histogram(
     buckets=REST_BUCKETS,
 )
 
+# component-base/metrics/prometheus/clientgo/leaderelection; `name` is the Lease name.
 leader_election_master_status = Gauge(
     "leader_election_master_status",
-    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.",
+    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. "
+    "'name' is the string used to identify the lease. Please make sure to group by name.",
     ["name"],
 )
 leader_election_slowpath = Counter(
     "leader_election_slowpath_total",
-    "Total number of slow path exercised in renewing leader leases.",
+    "Total number of slow path exercised in renewing leader leases. "
+    "'name' is the string used to identify the lease. Please make sure to group by name.",
     ["name"],
 )
 running_managed_controllers = Gauge(
@@ -104,7 +107,8 @@ class _WorkQueueProgress(Collector):
         unfinished = GaugeMetricFamily(
             "workqueue_unfinished_work_seconds",
             "How many seconds of work has done that is in progress and hasn't been observed by "
-            "work_duration. Large values indicate stuck threads.",
+            "work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by "
+            "observing the rate at which this increases.",
             labels=["name"],
         )
         longest = GaugeMetricFamily(
@@ -113,10 +117,14 @@ class _WorkQueueProgress(Collector):
             labels=["name"],
         )
         now = time.monotonic()
+        # Grouped by name: two live queues with one name (an old manager's, not yet collected) must
+        # not produce duplicate series, which Prometheus rejects.
+        running: dict[str, list[float]] = {}
         for queue in list(self.queues):
-            starts = queue.processing_start_times()
-            unfinished.add_metric([queue.name], sum(now - s for s in starts))
-            longest.add_metric([queue.name], max((now - s for s in starts), default=0.0))
+            running.setdefault(queue.name, []).extend(now - s for s in queue.processing_start_times())
+        for name, durations in running.items():
+            unfinished.add_metric([name], sum(durations))
+            longest.add_metric([name], max(durations, default=0.0))
         yield unfinished
         yield longest
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -56,10 +57,13 @@ class ControllerInfo:
 
 
 def resolve_controllers(spec: Iterable[str], known: Iterable[ControllerInfo]) -> list[str]:
-    """Evaluate KCM's --controllers list: per controller the first matching entry wins.
+    """Evaluate KCM's --controllers list (controller-manager's IsControllerEnabled).
 
-    `name` enables, `-name` disables, `*` means "on if on by default". Aliases are accepted;
-    unknown names are an error. Returns canonical names in registration order.
+    For each controller the first entry naming it wins: `name` enables, `-name` disables. Only
+    if no entry names it does `*` apply, enabling it if it is on by default; so
+    `*,-replicaset` disables the ReplicaSet controller and `-namespace,namespace` leaves the
+    namespace controller off. Aliases are accepted; unknown names are an error. Returns
+    canonical names in registration order.
     """
     controllers = list(known)
     canonical: dict[str, str] = {}
@@ -73,19 +77,33 @@ def resolve_controllers(spec: Iterable[str], known: Iterable[ControllerInfo]) ->
             raise OptionsError(f'"{name}" is not in the list of known controllers: {", ".join(sorted(canonical))}')
         if entry == "-*":
             raise OptionsError('"-*" is not allowed in --controllers')
-    enabled = []
-    for info in controllers:
-        for entry in entries:
-            name = entry.removeprefix("-")
-            if name == "*":
-                if info.enabled_by_default:
-                    enabled.append(info.name)
-                break
-            if canonical[name] == info.name:
-                if not entry.startswith("-"):
-                    enabled.append(info.name)
-                break
-    return enabled
+    star = "*" in entries
+    return [info.name for info in controllers if _controller_enabled(info, entries, canonical, star)]
+
+
+def _controller_enabled(info: ControllerInfo, entries: list[str], canonical: dict[str, str], star: bool) -> bool:
+    for entry in entries:
+        name = entry.removeprefix("-")
+        if name != "*" and canonical[name] == info.name:
+            return not entry.startswith("-")
+    return star and info.enabled_by_default
+
+
+LEASES_RESOURCE_LOCK = "leases"  # the only lock KCM still has; endpoints/configmaps locks were removed
+LEADER_ELECTION_JITTER = 1.2  # client-go's JitterFactor: renew deadline must exceed retry period x this
+DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
+
+_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+def parse_bool(text: str) -> bool:
+    """Go's strconv.ParseBool, as pflag accepts it in `--leader-elect=false`."""
+    if text in _GO_TRUE:
+        return True
+    if text in _GO_FALSE:
+        return False
+    raise OptionsError(f"invalid boolean {text!r} (use true or false)")
 
 
 @dataclass
@@ -100,6 +118,22 @@ class Options:
     kube_api_burst: int = 30
     min_resync_period: float = 12 * 3600.0
     local: bool = False
+    # Leader election (client-go defaults; KCM's lease is kube-system/kube-controller-manager, ours "pykcm").
+    leader_elect: bool = True
+    leader_elect_lease_duration: float = 15.0
+    leader_elect_renew_deadline: float = 10.0
+    leader_elect_retry_period: float = 2.0
+    leader_elect_resource_lock: str = LEASES_RESOURCE_LOCK
+    leader_elect_resource_name: str = "pykcm"
+    leader_elect_resource_namespace: str = "kube-system"
+    # Secure serving of /healthz, /livez, /readyz and /metrics with delegated authn/authz.
+    secure_port: int = 10257
+    bind_address: str = "0.0.0.0"
+    tls_cert_file: str | None = None
+    tls_private_key_file: str | None = None
+    authentication_kubeconfig: str | None = None  # None: the main credentials
+    authorization_kubeconfig: str | None = None  # None: the main credentials
+    authorization_always_allow_paths: list[str] = field(default_factory=lambda: list(DEFAULT_ALWAYS_ALLOW_PATHS))
 
     def validate(self) -> None:
         for name in ("concurrent_replicaset_syncs", "concurrent_namespace_syncs", "kube_api_burst"):
@@ -111,4 +145,48 @@ class Options:
             raise OptionsError("--namespace-sync-period must be positive and --min-resync-period not negative")
         if self.local and (self.kubeconfig or self.master):
             raise OptionsError("--local starts its own control plane; do not combine it with --kubeconfig/--master")
+        self._validate_leader_election()
+        self._validate_serving()
+
+    def _validate_leader_election(self) -> None:
+        if self.leader_elect_resource_lock != LEASES_RESOURCE_LOCK:
+            raise OptionsError(
+                f'--leader-elect-resource-lock must be "{LEASES_RESOURCE_LOCK}" '
+                f"(got {self.leader_elect_resource_lock!r}; endpoints and configmaps locks no longer exist)"
+            )
+        if not self.leader_elect:
+            return  # like component-base, durations only matter when electing
+        lease, renew, retry = (
+            self.leader_elect_lease_duration, self.leader_elect_renew_deadline, self.leader_elect_retry_period,
+        )
+        if min(lease, renew, retry) <= 0:
+            raise OptionsError(
+                "--leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period "
+                "must be greater than 0"
+            )
+        if lease <= renew:
+            raise OptionsError(
+                f"--leader-elect-lease-duration ({format_duration(lease)}) must be greater than "
+                f"--leader-elect-renew-deadline ({format_duration(renew)})"
+            )
+        if renew <= LEADER_ELECTION_JITTER * retry:
+            raise OptionsError(
+                f"--leader-elect-renew-deadline ({format_duration(renew)}) must be greater than "
+                f"{LEADER_ELECTION_JITTER} x --leader-elect-retry-period ({format_duration(retry)})"
+            )
+        if not self.leader_elect_resource_name or not self.leader_elect_resource_namespace:
+            raise OptionsError("--leader-elect-resource-name and --leader-elect-resource-namespace must not be empty")
+
+    def _validate_serving(self) -> None:
+        if not 0 <= self.secure_port <= 65535:
+            raise OptionsError(f"--secure-port {self.secure_port} must be between 0 (disabled) and 65535")
+        try:
+            ipaddress.ip_address(self.bind_address)
+        except ValueError:
+            raise OptionsError(f"--bind-address {self.bind_address!r} is not an IP address") from None
+        if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
+            raise OptionsError("--tls-cert-file and --tls-private-key-file must be given together")
+        for path in self.authorization_always_allow_paths:
+            if not path.startswith("/"):
+                raise OptionsError(f"--authorization-always-allow-paths entry {path!r} must start with /")
 

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -14,11 +16,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
+
 from pykcm.client.config import load_config
-from pykcm.client.errors import AlreadyExists
-from pykcm.client.resources import NAMESPACES, SERVICEACCOUNTS
+from pykcm.client.errors import AlreadyExists, NotFound
+from pykcm.client.resources import CUSTOMRESOURCEDEFINITIONS, NAMESPACES, SERVICEACCOUNTS, Resource
 from pykcm.client.rest import RestClient
-from pykcm.controller import discover_controllers
+from pykcm.controller import Controller, RequeueAfter, discover_controllers
+from pykcm.discovery import server_preferred_resources
 from pykcm.manager import Manager
 from pykcm.options import Options, resolve_controllers
 
@@ -60,6 +65,8 @@ async def create_namespace(client: RestClient, prefix: str = "t", service_accoun
 @contextlib.asynccontextmanager
 async def running_manager(kubeconfig: Path | str, controllers: str = "*", **options: Any) -> AsyncIterator[Manager]:
     """Run pykcm's manager in this event loop until the block ends; yields once caches are synced."""
+    # Tests run side by side: no Lease and no HTTPS port unless a test asks for them.
+    options = {"leader_elect": False, "secure_port": 0, **options}
     opts = Options(kubeconfig=str(kubeconfig), controllers=controllers.split(","), **options)
     registry = discover_controllers()
     enabled = resolve_controllers(opts.controllers, [c.info() for c in registry.values()])
@@ -79,14 +86,20 @@ async def running_manager(kubeconfig: Path | str, controllers: str = "*", **opti
 
 
 class PykcmProcess:
-    """`pykcm run` as a real child process, for signal, exit-code and multi-process tests."""
+    """`pykcm run` as a real child process, for signal, exit-code and multi-process tests.
+
+    Leader election and serving are off unless `args` turn them on (later flags win), so
+    processes of different tests never contend for one Lease or port.
+    """
+
+    ISOLATION_ARGS = ("--leader-elect=false", "--secure-port=0")
 
     def __init__(self, *args: str, log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
         out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in wait()
         self._out = out
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pykcm.cli", "run", *args],
+            [sys.executable, "-m", "pykcm.cli", "run", *self.ISOLATION_ARGS, *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
@@ -127,3 +140,134 @@ class PykcmProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+async def is_gone(client: RestClient, res: Resource, name: str, namespace: str | None = None) -> bool:
+    """True once GET answers 404 (for use with wait_for)."""
+    try:
+        await client.get(res, name, namespace)
+    except NotFound:
+        return True
+    return False
+
+
+async def ensure_crd(client: RestClient, group: str, kind: str, plural: str, version: str = "v1") -> Resource:
+    """Install a namespaced CRD whose objects accept any fields (if it is not installed yet) and
+    wait until it is Established; return the Resource for its objects."""
+    name = f"{plural}.{group}"
+    body = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+            "versions": [{
+                "name": version, "served": True, "storage": True,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+            }],
+        },
+    }
+    with contextlib.suppress(AlreadyExists):
+        await client.create(CUSTOMRESOURCEDEFINITIONS, body)
+
+    async def established() -> bool:
+        crd = await client.get(CUSTOMRESOURCEDEFINITIONS, name)
+        conditions = crd.get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    await wait_for(established, 30, message=f"CRD {name} Established")
+
+    async def discovered() -> bool:  # discovery follows a new CRD a moment later
+        found = await server_preferred_resources(client)
+        return any(rl.group_version == f"{group}/{version}" and any(r.name == plural for r in rl.resources)
+                   for rl in found.resources)
+
+    await wait_for(discovered, 30, message=f"{name} in discovery")
+    return Resource(group, version, plural, kind)
+
+
+class ControllerSpy:
+    """Records what a running controller decides, without changing it: each sync (key, start
+    time, outcome) and each delayed or rate-limited requeue. Attach right after the manager
+    started; keys processed before that are not seen."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.syncs: list[tuple[str, float, str]] = []
+        self.delayed: list[tuple[str, float]] = []
+        self.rate_limited: list[str] = []
+        sync, queue = controller.sync, controller.queue
+        add_after, add_rate_limited = queue.add_after, queue.add_rate_limited
+
+        async def spy_sync(key: str) -> None:
+            started = time.monotonic()
+            outcome = "ok"
+            try:
+                await sync(key)
+            except RequeueAfter as again:
+                outcome = f"requeue {again.seconds:g}"
+                raise
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            except Exception as err:
+                outcome = f"error {err}"
+                raise
+            finally:
+                self.syncs.append((key, started, outcome))
+
+        def spy_add_after(key: str, delay: float) -> None:
+            self.delayed.append((key, delay))
+            add_after(key, delay)
+
+        def spy_add_rate_limited(key: str) -> None:
+            self.rate_limited.append(key)
+            add_rate_limited(key)
+
+        controller.sync = spy_sync  # type: ignore[method-assign]
+        queue.add_after = spy_add_after  # type: ignore[method-assign]
+        queue.add_rate_limited = spy_add_rate_limited  # type: ignore[method-assign]
+
+    def outcomes(self, key: str) -> list[str]:
+        return [outcome for k, _, outcome in self.syncs if k == key]
+
+    def sync_times(self, key: str) -> list[float]:
+        return [started for k, started, _ in self.syncs if k == key]
+
+
+def controller_of(manager: Manager, name: str) -> Controller:
+    return next(c for c in manager.controllers if c.name == name)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now, for `--secure-port`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def https_get(url: str, *, token: str | None = None, cert: tuple[Path, Path] | None = None) -> tuple[int, str]:
+    """GET from a pykcm/KCM secure port (self-signed, so unverified), as anonymous, with a bearer
+    token, or with a client certificate (`(cert, key)`, e.g. the control plane's admin pair)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if cert:
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with session.get(url, headers=headers, timeout=timeout) as resp:
+            return resp.status, await resp.text()
+
+
+def sample(metrics_text: str, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """The value of the sample `name` whose labels include `labels` in Prometheus text, or None."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(metrics_text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
+                return s.value
+    return None

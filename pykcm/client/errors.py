@@ -18,7 +18,8 @@ class ApiError(Exception):
         super().__init__(self.message)
 
     def has_cause(self, cause_type: str) -> bool:
-        return any(c.get("type") == cause_type for c in self.causes)
+        # metav1.StatusCause serialises its Type field under the JSON key "reason".
+        return any(c.get("reason") == cause_type for c in self.causes)
 
     @property
     def retry_after(self) -> float | None:

@@ -44,3 +44,12 @@ EVENTS = Resource("", "v1", "events", "Event")
 RESOURCEQUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota")
 REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+SERVICES = Resource("", "v1", "services", "Service")
+CUSTOMRESOURCEDEFINITIONS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
+)
+APISERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", "APIService", namespaced=False)
+CLUSTERROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False)
+CLUSTERROLEBINDINGS = Resource(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)

@@ -467,7 +467,9 @@ class ControlPlane:
             f"--secure-port={port}",
             f"--root-ca-file={self.pki.ca_cert}",
             f"--service-account-private-key-file={self.pki.sa_key}",
-            "--use-service-account-credentials=false",
+            # As kubeadm runs it: each controller acts as its own ServiceAccount with the bootstrap
+            # roles; KCM's own identity may not, for example, write pods or ReplicaSets.
+            "--use-service-account-credentials=true",
             *extra_args,
         ]
 

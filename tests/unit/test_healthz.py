@@ -1,0 +1,103 @@
+"""Unit tests for pykcm.healthz and the request-independent parts of pykcm.server."""
+
+from __future__ import annotations
+
+import pytest
+
+from pykcm.healthz import NO_PROGRESS_AFTER, STUCK_SYNC_AFTER, HealthCheck, evaluate, stuck_reason
+from pykcm.server import TTLCache, bearer_token, path_allowed
+
+OK = HealthCheck("leaderElection", lambda: None)
+BROKEN = HealthCheck("replicaset-controller", lambda: "stuck for 700s")
+
+
+def raising() -> str | None:
+    raise RuntimeError("boom")
+
+
+def test_plain_ok_when_healthy() -> None:
+    result = evaluate("healthz", [OK], [], verbose=False)
+    assert (result.status, result.body) == (200, "ok")
+
+
+def test_verbose_lists_every_check_in_order() -> None:
+    checks = [OK, HealthCheck("serviceaccount-controller", lambda: None)]
+    result = evaluate("healthz", checks, [], verbose=True)
+    assert result.status == 200
+    assert result.body == "[+]leaderElection ok\n[+]serviceaccount-controller ok\nhealthz check passed\n"
+
+
+def test_failure_is_500_verbose_and_withholds_the_reason() -> None:
+    result = evaluate("readyz", [OK, BROKEN], [], verbose=False)
+    assert result.status == 500
+    assert result.body == (
+        "[+]leaderElection ok\n[-]replicaset-controller failed: reason withheld\nreadyz check failed\n"
+    )
+    assert "700s" not in result.body
+
+
+def test_a_raising_check_fails_instead_of_breaking_the_endpoint() -> None:
+    result = evaluate("livez", [HealthCheck("x", raising)], [], verbose=True)
+    assert result.status == 500 and "[-]x failed: reason withheld" in result.body
+
+
+def test_exclude_skips_a_check_and_warns_about_unknown_names() -> None:
+    result = evaluate("healthz", [OK, BROKEN], ["replicaset-controller", "nope"], verbose=True)
+    assert result.status == 200
+    assert result.body == (
+        "[+]leaderElection ok\n[+]replicaset-controller excluded: ok\n"
+        'warn: some health checks cannot be excluded: no matches for "nope"\nhealthz check passed\n'
+    )
+
+
+def test_no_checks_means_ping() -> None:
+    assert evaluate("healthz", [], [], verbose=True).body == "[+]ping ok\nhealthz check passed\n"
+
+
+@pytest.mark.parametrize(
+    ("starts", "queued", "idle", "stuck"),
+    [
+        ([], 0, 10 * NO_PROGRESS_AFTER, False),  # idle and nothing to do
+        ([], 3, NO_PROGRESS_AFTER - 1, False),  # a backlog, but workers finished something recently
+        ([], 3, NO_PROGRESS_AFTER + 1, True),  # a backlog and nothing finishes
+        ([STUCK_SYNC_AFTER - 1], 0, 0, False),  # a long sync
+        ([STUCK_SYNC_AFTER + 1], 0, 0, True),  # a wedged sync
+    ],
+)
+def test_stuck_reason(starts: list[float], queued: int, idle: float, stuck: bool) -> None:
+    now = 10_000.0
+    reason = stuck_reason(now, [now - age for age in starts], queued, last_progress=now - idle)
+    assert (reason is not None) is stuck
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/healthz", True),
+        ("/healthz/leaderElection", False),
+        ("/metrics", False),
+        ("/debug/x", True),
+        ("/livez", False),
+    ],
+)
+def test_always_allowed_paths_match_exactly_or_by_star_prefix(path: str, allowed: bool) -> None:
+    assert path_allowed(path, ["/healthz", "/readyz", "/debug/*"]) is allowed
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [("Bearer abc", "abc"), ("bearer abc", "abc"), ("Bearer ", None), ("Basic abc", None), ("", None)],
+)
+def testbearer_token_parsing(header: str, token: str | None) -> None:
+    assert bearer_token(header) == token
+
+
+def test_ttl_cache_expires_and_stays_bounded() -> None:
+    now = [0.0]
+    cache: TTLCache[str, int] = TTLCache(10.0, size=2, clock=lambda: now[0])
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.put("c", 3)  # evicts the oldest
+    assert cache.get("a") is None and cache.get("b") == 2
+    now[0] = 10.0
+    assert cache.get("b") is None and cache.get("c", "missing") == "missing"

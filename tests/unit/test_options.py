@@ -1,0 +1,158 @@
+"""Unit tests for pykcm.options and the flag handling in pykcm.cli: Go durations, --controllers,
+leader-election and serving flags, KCM's `--flag=false` form."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pykcm import cli
+from pykcm.options import ControllerInfo, Options, OptionsError, parse_bool, parse_duration, resolve_controllers
+
+KNOWN = [
+    ControllerInfo("serviceaccount-token-controller", ("serviceaccount-token",)),
+    ControllerInfo("namespace-controller", ("namespace",)),
+    ControllerInfo("replicaset-controller", ("replicaset",)),
+    ControllerInfo("bootstrap-signer-controller", ("bootstrapsigner",), enabled_by_default=False),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("15s", 15.0),
+        ("0", 0.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("-1.5h", -5400.0),
+        ("+2s", 2.0),
+        ("300ms", 0.3),
+        ("10us", 10e-6),
+        ("10µs", 10e-6),
+        ("7ns", 7e-9),
+        (".5s", 0.5),
+        ("2h45m10.5s", 9910.5),
+    ],
+)
+def test_parse_duration_accepts_go_syntax(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "15", "1d", "5 m", "s", "1h-5m", "--1s", "abc", "1.2.3s"])
+def test_parse_duration_rejects_what_go_rejects(text: str) -> None:
+    with pytest.raises(OptionsError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("spec", "enabled"),
+    [
+        (["*"], ["serviceaccount-token-controller", "namespace-controller", "replicaset-controller"]),
+        (["*", "-replicaset-controller"], ["serviceaccount-token-controller", "namespace-controller"]),
+        (["*", "-replicaset"], ["serviceaccount-token-controller", "namespace-controller"]),  # alias
+        (["replicaset"], ["replicaset-controller"]),
+        (["-namespace", "namespace"], []),  # first match wins: namespace stays disabled
+        (["namespace", "-namespace"], ["namespace-controller"]),
+        (["-replicaset", "*"], ["serviceaccount-token-controller", "namespace-controller"]),
+        (["*", "-namespace", "namespace"], ["serviceaccount-token-controller", "replicaset-controller"]),
+        (["*", "bootstrapsigner"], [c.name for c in KNOWN]),  # an explicit entry beats `*` wherever it is
+        (["bootstrapsigner"], ["bootstrap-signer-controller"]),
+        ([" replicaset ", ""], ["replicaset-controller"]),
+        ([], []),
+    ],
+)
+def test_resolve_controllers_first_explicit_match_wins(spec: list[str], enabled: list[str]) -> None:
+    assert resolve_controllers(spec, KNOWN) == enabled
+
+
+@pytest.mark.parametrize("spec", [["nope"], ["*", "-nope"], ["-*"]])
+def test_resolve_controllers_rejects_unknown_names(spec: list[str]) -> None:
+    with pytest.raises(OptionsError):
+        resolve_controllers(spec, KNOWN)
+
+
+@pytest.mark.parametrize(("text", "value"), [("true", True), ("1", True), ("T", True), ("False", False), ("0", False)])
+def test_parse_bool_is_go_strconv(text: str, value: bool) -> None:
+    assert parse_bool(text) is value
+
+
+def test_parse_bool_rejects_other_words() -> None:
+    with pytest.raises(OptionsError):
+        parse_bool("yes")
+
+
+def test_defaults_are_kcm_defaults() -> None:
+    opts = Options()
+    assert opts.leader_elect is True
+    assert (opts.leader_elect_lease_duration, opts.leader_elect_renew_deadline, opts.leader_elect_retry_period) == (
+        15.0, 10.0, 2.0,
+    )
+    assert opts.leader_elect_resource_lock == "leases"
+    assert opts.leader_elect_resource_namespace == "kube-system"
+    assert opts.leader_elect_resource_name == "pykcm"
+    assert (opts.secure_port, opts.bind_address) == (10257, "0.0.0.0")
+    assert opts.authorization_always_allow_paths == ["/healthz", "/readyz", "/livez"]
+    opts.validate()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"leader_elect_lease_duration": 10.0}, "must be greater than --leader-elect-renew-deadline"),
+        ({"leader_elect_renew_deadline": 2.4}, "must be greater than 1.2 x --leader-elect-retry-period"),
+        ({"leader_elect_retry_period": 0.0}, "must be greater than 0"),
+        ({"leader_elect_resource_lock": "endpoints"}, '"leases"'),
+        ({"leader_elect_resource_lock": "configmapsleases", "leader_elect": False}, '"leases"'),
+        ({"leader_elect_resource_name": ""}, "must not be empty"),
+        ({"secure_port": 70000}, "--secure-port"),
+        ({"secure_port": -1}, "--secure-port"),
+        ({"bind_address": "localhost"}, "--bind-address"),
+        ({"tls_cert_file": "/tmp/cert.pem"}, "together"),
+        ({"authorization_always_allow_paths": ["healthz"]}, "must start with /"),
+    ],
+)
+def test_validate_rejects(changes: dict, message: str) -> None:
+    with pytest.raises(OptionsError, match=message.replace(".", r"\.")):
+        dataclasses.replace(Options(), **changes).validate()
+
+
+def test_durations_are_not_checked_without_leader_election() -> None:
+    dataclasses.replace(Options(), leader_elect=False, leader_elect_lease_duration=1.0).validate()
+
+
+def test_renew_deadline_just_above_jittered_retry_period_is_valid() -> None:
+    dataclasses.replace(Options(), leader_elect_renew_deadline=2.5, leader_elect_retry_period=2.0).validate()
+
+
+@pytest.mark.parametrize(
+    ("argv", "translated"),
+    [
+        (["run", "--leader-elect=false"], ["run", "--no-leader-elect"]),
+        (["run", "--leader-elect=true"], ["run", "--leader-elect"]),
+        (["run", "--leader-elect=0"], ["run", "--no-leader-elect"]),
+        (["run", "--leader-elect"], ["run", "--leader-elect"]),
+        (["run", "--leader-elect-resource-name=x"], ["run", "--leader-elect-resource-name=x"]),
+        (["run", "--", "--leader-elect=false"], ["run", "--", "--leader-elect=false"]),
+    ],
+)
+def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[str]) -> None:
+    assert cli._translate_go_bool_flags(argv) == translated
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--leader-elect=maybe"], "--leader-elect"),
+        (["run", "--leader-elect-lease-duration=15"], "invalid duration"),
+        (["run", "--leader-elect-renew-deadline=20s"], "must be greater than --leader-elect-renew-deadline"),
+        (["run", "--leader-elect-resource-lock=endpoints"], '"leases"'),
+        (["run", "--secure-port=99999"], "--secure-port"),
+        (["run", "--controllers=nope"], "not in the list of known controllers"),
+    ],
+)
+def test_bad_flags_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pykcm: error:") and message in err[0]
