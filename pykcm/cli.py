@@ -67,6 +67,7 @@ def run(
     kube_api_burst: Annotated[int, typer.Option(help="Burst to use while talking with the Kubernetes API server.")] = _defaults.kube_api_burst,
     min_resync_period: Annotated[str, typer.Option(help="Resync period of informers: random between this and twice this.")] = format_duration(_defaults.min_resync_period),
     local: Annotated[bool, typer.Option("--local", help="Start a real local control plane (etcd + kube-apiserver) and run against it.")] = False,
+    use_service_account_credentials: Annotated[bool, typer.Option("--use-service-account-credentials/--no-use-service-account-credentials", help="Run each controller as its own ServiceAccount in kube-system (tokens from TokenRequest); shared informers keep the main credentials.")] = False,
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect", help="Run leader election (a Lease) and start controllers only while leading. KCM's --leader-elect=false also works.")] = _defaults.leader_elect,
     leader_elect_lease_duration: Annotated[str, typer.Option(help="How long a standby waits after the last observed renewal before taking over.")] = format_duration(_defaults.leader_elect_lease_duration),
     leader_elect_renew_deadline: Annotated[str, typer.Option(help="How long the leader keeps retrying a renewal before it gives up leading (and exits).")] = format_duration(_defaults.leader_elect_renew_deadline),
@@ -96,6 +97,7 @@ def run(
         kube_api_burst=kube_api_burst,
         min_resync_period=_duration("--min-resync-period", min_resync_period),
         local=local,
+        use_service_account_credentials=use_service_account_credentials,
         leader_elect=leader_elect,
         leader_elect_lease_duration=_duration("--leader-elect-lease-duration", leader_elect_lease_duration),
         leader_elect_renew_deadline=_duration("--leader-elect-renew-deadline", leader_elect_renew_deadline),
@@ -214,7 +216,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 # KCM's boolean flags (pflag) take `--flag`, `--flag=true` and `--flag=false`; typer's flag pairs
 # take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working.
-_GO_BOOL_FLAGS = ("--leader-elect",)
+_GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials")
 
 
 def _translate_go_bool_flags(argv: list[str]) -> list[str]:

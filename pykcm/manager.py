@@ -18,6 +18,7 @@ from pykcm import metrics
 from pykcm.client.config import ClientConfig, load_config
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.rest import RestClient
+from pykcm.clientbuilder import ServiceAccountClientBuilder
 from pykcm.controller import Controller, ControllerContext
 from pykcm.events import EventRecorder
 from pykcm.healthz import HealthCheck, controller_check
@@ -68,6 +69,7 @@ class Manager:
         self.health_checks: list[HealthCheck] = []
         self._drain_timeout = SHUTDOWN_DRAIN_TIMEOUT
         self._extra_clients: list[RestClient] = []
+        self._service_accounts: ServiceAccountClientBuilder | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -188,10 +190,23 @@ class Manager:
 
     # -- controllers ----------------------------------------------------------------------------------
 
-    def _build_controllers(self) -> None:
+    async def _controller_client(self, name: str, qps: float, burst: int) -> RestClient:
+        """The controller's own client: named after it, and with its own ServiceAccount if asked."""
+        if not self.options.use_service_account_credentials:
+            return self.client.for_controller(name, qps, burst)
+        if self._service_accounts is None:
+            self._service_accounts = ServiceAccountClientBuilder(self.client)
+        try:
+            client = await self._service_accounts.client_for(name, qps, burst)
+        except (ApiError, TransportError) as err:
+            raise ManagerError(f"cannot get credentials of service account kube-system/{name}: {err}") from None
+        self._extra_clients.append(client)
+        return client
+
+    async def _build_controllers(self) -> None:
         for cls in self.controller_classes:
             qps, burst = cls.client_limits(self.options.kube_api_qps, self.options.kube_api_burst)
-            client = self.client.for_controller(cls.client_name or cls.name, qps, burst)
+            client = await self._controller_client(cls.client_name or cls.name, qps, burst)
             # Events are sourced from the controller's canonical name, e.g. "replicaset-controller".
             events = EventRecorder(client, cls.name)
             ctx = ControllerContext(client=client, informers=self.factory, options=self.options, events=events)
@@ -199,7 +214,7 @@ class Manager:
             log.info("Controller built", controller=cls.name)
 
     async def _run_controllers(self, stop: asyncio.Event) -> None:
-        self._build_controllers()
+        await self._build_controllers()
         self.factory.start()
         log.info("Waiting for caches to sync", informers=sorted(r.name for r in self.factory.informers))
         synced = asyncio.create_task(self.factory.wait_for_cache_sync())
@@ -240,6 +255,8 @@ class Manager:
         for controller in self.controllers:
             metrics.running_managed_controllers.labels(controller.name, MANAGER_NAME).set(0)
         await asyncio.gather(*(c.events.close() for c in self.controllers))
+        if self._service_accounts is not None:
+            await self._service_accounts.close()
         await self.factory.shutdown()
         log.info("Stopped")
 

@@ -118,6 +118,7 @@ class Options:
     kube_api_burst: int = 30
     min_resync_period: float = 12 * 3600.0
     local: bool = False
+    use_service_account_credentials: bool = False
     # Leader election (client-go defaults; KCM's lease is kube-system/kube-controller-manager, ours "pykcm").
     leader_elect: bool = True
     leader_elect_lease_duration: float = 15.0
