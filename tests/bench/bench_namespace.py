@@ -1,0 +1,199 @@
+"""Benchmark: pykcm against the real kube-controller-manager v1.36.3 on namespace work.
+
+One freshly started local control plane; first pykcm (as a child process, exactly as deployed:
+`python -m pykcm.cli run --controllers namespace,serviceaccount`), then the real KCM with the
+same controllers, never both at once. For each:
+
+- the time from deleting a namespace holding 1,000 pods, 100 ReplicaSets, 100 ConfigMaps and
+  100 custom resources until the namespace object is gone (no ReplicaSet controller runs, so the
+  ReplicaSets have no pods; unbound pods are removed by the API server without a kubelet);
+- the time from creating 200 namespaces until each has its `default` ServiceAccount;
+- the process's peak RSS (/proc/PID/status VmHWM) and CPU seconds (utime + stime) at the end.
+
+    python tests/bench/bench_namespace.py [--pods 1000 --namespaces 200 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain script from anywhere
+
+from pykcm.client.resources import CONFIGMAPS, NAMESPACES, PODS, REPLICASETS, SERVICEACCOUNTS
+from pykcm.client.rest import RestClient
+from pykcm.testenv.controlplane import ControlPlane, running
+from tests.support import PykcmProcess, admin_client, create_namespace, ensure_crd, is_gone, wait_for
+
+CONTROLLERS = "namespace,serviceaccount"
+CREATE_CONCURRENCY = 64
+TIMEOUT = 600.0
+
+
+@dataclass
+class Workload:
+    pods: int
+    replicasets: int
+    configmaps: int
+    custom_resources: int
+    namespaces: int
+
+
+@dataclass
+class Result:
+    delete_seconds: float
+    service_accounts_seconds: float
+    peak_rss_mib: float
+    cpu_seconds: float
+
+
+async def bounded(coros: Iterable[Awaitable[Any]], limit: int = CREATE_CONCURRENCY) -> None:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(coro: Awaitable[Any]) -> None:
+        async with gate:
+            await coro
+
+    await asyncio.gather(*(one(c) for c in coros))
+
+
+def pod(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+
+
+def replicaset(name: str) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": pod(name)["spec"]}},
+    }
+
+
+async def fill_namespace(client: RestClient, widgets: Any, work: Workload) -> str:
+    ns = await create_namespace(client, "bench-del")
+    creates: list[Awaitable[Any]] = []
+    creates += [client.create(PODS, pod(f"pod-{i}"), ns) for i in range(work.pods)]
+    creates += [client.create(REPLICASETS, replicaset(f"rs-{i}"), ns) for i in range(work.replicasets)]
+    creates += [client.create(CONFIGMAPS, {"metadata": {"name": f"cm-{i}"}, "data": {"k": "v"}}, ns)
+                for i in range(work.configmaps)]
+    creates += [client.create(widgets, {"apiVersion": "pykcm.test/v1", "kind": "Widget",
+                                        "metadata": {"name": f"w-{i}"}}, ns) for i in range(work.custom_resources)]
+    await bounded(creates)
+    return ns
+
+
+async def time_namespace_deletion(client: RestClient, ns: str) -> float:
+    start = time.monotonic()
+    await client.delete(NAMESPACES, ns)
+    await wait_for(lambda: is_gone(client, NAMESPACES, ns), TIMEOUT, 0.05, f"namespace {ns} gone")
+    return time.monotonic() - start
+
+
+async def time_default_service_accounts(client: RestClient, count: int) -> float:
+    run = uuid.uuid4().hex[:6]
+    names = {f"bench-sa-{run}-{i}" for i in range(count)}
+    start = time.monotonic()
+    await bounded(client.create(NAMESPACES, {"metadata": {"name": name}}) for name in names)
+
+    async def all_have_default() -> bool:
+        accounts = (await client.list(SERVICEACCOUNTS, fieldSelector="metadata.name=default"))["items"]
+        return names <= {sa["metadata"]["namespace"] for sa in accounts}
+
+    await wait_for(all_have_default, TIMEOUT, 0.05, f"{count} default service accounts")
+    return time.monotonic() - start
+
+
+def process_usage(pid: int) -> tuple[float, float]:
+    """(peak RSS in MiB, CPU seconds) of a live process."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    hwm_kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return hwm_kib / 1024, ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(client: RestClient, widgets: Any, work: Workload, pid: int) -> Result:
+    ns = await fill_namespace(client, widgets, work)
+    deletion = await time_namespace_deletion(client, ns)
+    accounts = await time_default_service_accounts(client, work.namespaces)
+    rss, cpu = process_usage(pid)
+    return Result(deletion, accounts, rss, cpu)
+
+
+async def run_pykcm(plane: ControlPlane, client: RestClient, widgets: Any, work: Workload, logs: Path) -> Result:
+    # Same set-up as the testenv's KCM: no leader election, each controller as its own ServiceAccount.
+    proc = PykcmProcess("--kubeconfig", str(plane.kubeconfig), "--controllers", CONTROLLERS, "--no-leader-elect",
+                        "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.log")
+    try:
+        await proc.wait_for_log('"Starting workers" controller="namespace-controller"', 60)
+        return await measure(client, widgets, work, proc.pid)
+    finally:
+        proc.signal()
+        await proc.wait()
+
+
+async def run_kcm(plane: ControlPlane, client: RestClient, widgets: Any, work: Workload) -> Result:
+    kcm = await asyncio.to_thread(plane.start_kcm, CONTROLLERS)
+    try:
+        return await measure(client, widgets, work, kcm.pid)
+    finally:
+        await asyncio.to_thread(plane.stop_kcm, kcm)
+
+
+def table(work: Workload, pykcm: Result, kcm: Result) -> str:
+    rows: list[tuple[str, Callable[[Result], float], str]] = [
+        (f"delete ns ({work.pods} pods, {work.replicasets} RS, {work.configmaps} CM, {work.custom_resources} CR)"
+         " until gone", lambda r: r.delete_seconds, "s"),
+        (f"{work.namespaces} new namespaces until each has `default`", lambda r: r.service_accounts_seconds, "s"),
+        ("peak RSS (VmHWM)", lambda r: r.peak_rss_mib, "MiB"),
+        ("CPU time (utime+stime)", lambda r: r.cpu_seconds, "s"),
+    ]
+    width = max(len(name) for name, _, _ in rows)
+    lines = [f"| {'metric':<{width}} | {'pykcm':>11} | {'KCM':>11} | {'pykcm/KCM':>9} |",
+             f"|{'-' * (width + 2)}|{'-' * 13}|{'-' * 13}|{'-' * 11}|"]
+    for name, value, unit in rows:
+        mine, theirs = value(pykcm), value(kcm)
+        ratio = f"{mine / theirs:.2f}" if theirs else "n/a"
+        lines.append(f"| {name:<{width}} | {f'{mine:.2f} {unit}':>11} | {f'{theirs:.2f} {unit}':>11} | {ratio:>9} |")
+    return "\n".join(lines)
+
+
+async def bench(work: Workload) -> str:
+    with tempfile.TemporaryDirectory(prefix="pykcm-bench-") as tmp, running(Path(tmp) / "cp") as plane:
+        client = admin_client(plane.kubeconfig)
+        try:
+            widgets = await ensure_crd(client, "pykcm.test", "Widget", "widgets")
+            pykcm = await run_pykcm(plane, client, widgets, work, Path(tmp))
+            kcm = await run_kcm(plane, client, widgets, work)
+        finally:
+            await client.close()
+    return table(work, pykcm, kcm)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--replicasets", type=int, default=100)
+    parser.add_argument("--configmaps", type=int, default=100)
+    parser.add_argument("--custom-resources", type=int, default=100)
+    parser.add_argument("--namespaces", type=int, default=200)
+    args = parser.parse_args()
+    work = Workload(args.pods, args.replicasets, args.configmaps, args.custom_resources, args.namespaces)
+    print(asyncio.run(bench(work)))
+
+
+if __name__ == "__main__":
+    main()
