@@ -1,0 +1,369 @@
+"""ReplicaSet controller: keep `spec.replicas` pods matching the selector, report status.
+
+KCM's pkg/controller/replicaset/replica_set.go (v1.36), top to bottom:
+
+1. Informers: ReplicaSets (indexed by their own controller's UID, to find sibling ReplicaSets
+   of one Deployment) and Pods (indexed by controller, orphans by namespace, so a sync reads
+   only its own pods and its adoption candidates).
+2. Event handlers turn changes into `namespace/name` keys and keep the expectations: a pod add
+   observes a creation, a pod delete (or deletionTimestamp) observes a deletion.
+3. `sync` (syncReplicaSet): stale-cache check, read the RS from the cache, claim pods
+   (adopt/release), create or delete pods if expectations are satisfied, write status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from pykcm.client.errors import NAMESPACE_TERMINATING_CAUSE, ApiError, NotFound
+from pykcm.client.resources import PODS, REPLICASETS
+from pykcm.consistency import ConsistencyStore, ObservedResourceVersion, StaleCacheError
+from pykcm.controller import Controller, ControllerContext
+from pykcm.controllerref import (
+    POD_CONTROLLER_INDEX,
+    PodControllerRefManager,
+    filter_claimed_pods,
+    get_controller_of,
+    new_controller_ref,
+    pod_controller_index,
+    pods_by_owner,
+)
+from pykcm.expectations import ControllerExpectations
+from pykcm.informers.store import DeletedFinalStateUnknown, Obj, object_key, unwrap_tombstone
+from pykcm.podcontrol import PodControl
+from pykcm.podutil import is_pod_active, is_pod_ready, is_pod_terminating, min_next_availability_check, pod_key
+from pykcm.selectors import Selector, SelectorError, selector_from_label_selector
+
+from .metrics import stale_sync_skips
+from .scaling import pods_to_delete, slow_start_batch
+from .status import calculate_status, min_ready_seconds, spec_replicas, update_status
+
+KIND = "ReplicaSet"
+API_VERSION = "apps/v1"
+BURST_REPLICAS = 500  # most pods created or deleted by one sync
+CONTROLLER_UID_INDEX = "controllerUID"
+
+
+def controller_uid_index(rs: Obj) -> list[str]:
+    """Index ReplicaSets by the UID of *their* controller (e.g. a Deployment)."""
+    ref = get_controller_of(rs)
+    return [ref["uid"]] if ref is not None and ref.get("uid") else []
+
+
+def labels_of(obj: Obj) -> dict[str, str] | None:
+    return obj["metadata"].get("labels")
+
+
+class ReplicaSetController(Controller):
+    name = "replicaset-controller"
+    aliases = ("replicaset",)
+    client_name = "replicaset-controller"
+    queue_name = "replicaset"
+    workers = 5
+    workers_option = "concurrent_replicaset_syncs"
+    burst_replicas = BURST_REPLICAS
+
+    def __init__(self, ctx: ControllerContext) -> None:
+        super().__init__(ctx)
+        self.replica_sets = self.informers.informer(REPLICASETS, indexers={CONTROLLER_UID_INDEX: controller_uid_index})
+        self.pods = self.informers.informer(PODS, indexers={POD_CONTROLLER_INDEX: pod_controller_index})
+        self.expectations = ControllerExpectations()
+        self.rs_seen, self.pods_seen = ObservedResourceVersion(), ObservedResourceVersion()
+        self.consistency = ConsistencyStore({REPLICASETS: self.rs_seen, PODS: self.pods_seen})
+        self.pod_control = PodControl(self.client, self.events, on_write=self.pod_written)
+        self.replica_sets.add_event_handler(on_add=self.rs_added, on_update=self.rs_updated, on_delete=self.rs_deleted)
+        self.pods.add_event_handler(on_add=self.pod_added, on_update=self.pod_updated, on_delete=self.pod_deleted)
+
+    # -- lookups --------------------------------------------------------------------------------------
+
+    def resolve_controller_ref(self, namespace: str, ref: dict) -> Obj | None:
+        """The cached RS a controller ref points at: right kind, same name *and* same UID."""
+        if ref.get("kind") != KIND:
+            return None
+        rs = self.replica_sets.indexer.get_by(namespace, ref.get("name", ""))
+        if rs is None or rs["metadata"].get("uid") != ref.get("uid"):
+            return None
+        return rs
+
+    def pod_replica_sets(self, pod: Obj) -> list[Obj]:
+        """ReplicaSets in the pod's namespace whose (valid, non-empty) selector matches it."""
+        labels = labels_of(pod)
+        if not labels:
+            return []
+        matching = []
+        for rs in self.replica_sets.indexer.in_namespace(pod["metadata"].get("namespace", "")):
+            try:
+                selector = selector_from_label_selector(rs["spec"].get("selector"))
+            except SelectorError:
+                continue  # an invalid selector matches nothing
+            if not selector.empty() and selector.matches(labels):
+                matching.append(rs)
+        if len(matching) > 1:
+            # The apiserver lets only one of them become the controller; still a user error.
+            self.log.error(None, "user error! more than one ReplicaSet is selecting pods", labels=labels)
+        return matching
+
+    def related_pods(self, rs: Obj) -> list[Obj]:
+        """Pods selected by any ReplicaSet with the same controller as `rs` (none if it has none)."""
+        ref = get_controller_of(rs)
+        if ref is None:
+            self.log.v(2).info("ReplicaSet has no controller", replicaSet=object_key(rs))
+            return []
+        seen: set[str] = set()
+        related = []
+        for sibling in self.replica_sets.indexer.by_index(CONTROLLER_UID_INDEX, ref["uid"]):
+            try:
+                selector = selector_from_label_selector(sibling["spec"].get("selector"))
+            except SelectorError:
+                continue
+            for pod in self.pods.indexer.in_namespace(sibling["metadata"]["namespace"]):
+                uid = pod["metadata"].get("uid", "")
+                if uid not in seen and selector.matches(labels_of(pod)):
+                    seen.add(uid)
+                    related.append(pod)
+        return related
+
+    # -- ReplicaSet events ----------------------------------------------------------------------------
+
+    def rs_added(self, rs: Obj) -> None:
+        self.rs_seen.observe(rs)
+        self.log.v(4).info("Adding", replicaSet=object_key(rs))
+        self.enqueue(rs)
+
+    def rs_updated(self, old: Obj, cur: Obj) -> None:
+        self.rs_seen.observe(cur)
+        if old["metadata"].get("uid") != cur["metadata"].get("uid"):
+            # Deleted and recreated under the same name between two events: the old one's
+            # expectations must not block the new one.
+            self.rs_deleted(DeletedFinalStateUnknown(object_key(old), old))
+        if spec_replicas(old) != spec_replicas(cur):
+            self.log.v(4).info(
+                "ReplicaSet updated. Desired pod count change.",
+                replicaSet=object_key(cur), oldReplicas=spec_replicas(old), newReplicas=spec_replicas(cur),
+            )
+        # Always: a resync thereby retries a ReplicaSet whose last attempt failed.
+        self.enqueue(cur)
+
+    def rs_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self.rs_seen.observe(obj)
+        rs = unwrap_tombstone(obj)
+        key = object_key(rs)
+        self.log.v(4).info("Deleting", replicaSet=key)
+        self.consistency.clear(key, rs["metadata"].get("uid", ""))
+        self.expectations.delete(key)
+        self.queue.add(key)
+
+    # -- Pod events -----------------------------------------------------------------------------------
+
+    def pod_added(self, pod: Obj) -> None:
+        self.pods_seen.observe(pod)
+        if pod["metadata"].get("deletionTimestamp") is not None:
+            # Seen for the first time already terminating (e.g. after a restart): not a creation.
+            self.pod_deleted(pod)
+            return
+        ref = get_controller_of(pod)
+        if ref is not None:
+            rs = self.resolve_controller_ref(pod["metadata"].get("namespace", ""), ref)
+            if rs is None:
+                return
+            key = object_key(rs)
+            self.log.v(4).info("Pod created", pod=pod_key(pod), replicaSet=key)
+            self.expectations.creation_observed(key)
+            self.queue.add(key)
+            return
+        # An orphan: wake every ReplicaSet that might adopt it (no expectation waits on orphans).
+        for rs in self.pod_replica_sets(pod):
+            self.enqueue(rs)
+
+    def pod_updated(self, old: Obj, cur: Obj) -> None:
+        self.pods_seen.observe(cur)
+        if old["metadata"].get("resourceVersion") == cur["metadata"].get("resourceVersion"):
+            return  # a resync replay; nothing changed
+        labels_changed = labels_of(old) != labels_of(cur)
+        if cur["metadata"].get("deletionTimestamp") is not None:
+            # Graceful deletion started: replace the pod now, don't wait for it to disappear.
+            self.pod_deleted(cur)
+            if labels_changed:
+                self.pod_deleted(old)
+            return
+        cur_ref, old_ref = get_controller_of(cur), get_controller_of(old)
+        ref_changed = cur_ref != old_ref
+        namespace = cur["metadata"].get("namespace", "")
+        if ref_changed and old_ref is not None:
+            previous = self.resolve_controller_ref(old["metadata"].get("namespace", ""), old_ref)
+            if previous is not None:
+                self.enqueue(previous)
+        if cur_ref is not None:
+            rs = self.resolve_controller_ref(namespace, cur_ref)
+            if rs is None:
+                return
+            self.enqueue(rs)
+            min_ready = min_ready_seconds(rs)
+            if min_ready > 0 and not is_pod_ready(old) and is_pod_ready(cur):
+                # Look again when this pod should count as available.
+                self.log.v(2).info("Pod will be enqueued after a while for availability check", pod=pod_key(cur))
+                self.enqueue_after(rs, min_ready)
+            return
+        if labels_changed or ref_changed:
+            for rs in self.pod_replica_sets(cur):
+                self.enqueue(rs)
+
+    def pod_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        self.pods_seen.observe(obj)
+        pod = unwrap_tombstone(obj)
+        ref = get_controller_of(pod)
+        if ref is None:
+            return  # nobody waits for an orphan's deletion
+        rs = self.resolve_controller_ref(pod["metadata"].get("namespace", ""), ref)
+        if rs is None:
+            return
+        key = object_key(rs)
+        self.log.v(4).info("Pod deleted", pod=pod_key(pod), replicaSet=key)
+        self.expectations.deletion_observed(key, pod_key(pod))
+        self.queue.add(key)
+
+    def pod_written(self, pod: Obj) -> None:
+        """PodControl wrote `pod` for its controller: later syncs must see at least this version."""
+        ref = get_controller_of(pod)
+        if ref is None:
+            return
+        meta = pod["metadata"]
+        owner_key = f"{meta.get('namespace', '')}/{ref.get('name', '')}"
+        self.consistency.wrote_at(owner_key, ref.get("uid", ""), PODS, meta.get("resourceVersion", ""))
+
+    # -- sync -----------------------------------------------------------------------------------------
+
+    async def sync(self, key: str) -> None:
+        """syncReplicaSet, in KCM's order: stale-cache check, cache read, expectations, claim,
+        create/delete (only with satisfied expectations and no deletionTimestamp), status write,
+        then the manageReplicas error (if any) for a rate-limited retry."""
+        try:
+            self.consistency.ensure_ready(key)
+        except StaleCacheError as err:
+            stale_sync_skips.labels(err.resource.group, err.resource.plural).inc()
+            raise
+        rs = self.replica_sets.indexer.get(key)
+        if rs is None:
+            self.log.v(4).info("ReplicaSet deleted", key=key)
+            self.consistency.clear(key)
+            self.expectations.delete(key)
+            return
+        needs_sync = self.expectations.satisfied(key)
+        try:
+            selector = selector_from_label_selector(rs["spec"].get("selector"))
+        except SelectorError as err:
+            # Retrying cannot fix the spec; the next update of the ReplicaSet enqueues it again.
+            self.log.error(err, "Error converting pod selector to selector", replicaSet=key)
+            return
+        all_pods = pods_by_owner(self.pods.indexer, rs, KIND, include_orphans=True)
+        active = await self.claim_pods(rs, selector, [p for p in all_pods if is_pod_active(p)])
+        terminating = filter_claimed_pods(rs, selector, [p for p in all_pods if is_pod_terminating(p)])
+
+        manage_error = None
+        if needs_sync and rs["metadata"].get("deletionTimestamp") is None:
+            manage_error = await self.manage_replicas(active, rs)
+        evaluated_at = time.time()
+        status = calculate_status(rs, active, terminating, manage_error, evaluated_at)
+        updated = await update_status(self.client, rs, status, self.log)
+        written = updated["metadata"].get("resourceVersion", "")
+        self.consistency.wrote_at(key, rs["metadata"]["uid"], REPLICASETS, written)
+        if manage_error is not None:
+            raise manage_error
+        self.schedule_availability_check(key, updated, active, evaluated_at)
+
+    async def claim_pods(self, rs: Obj, selector: Selector, pods: list[Obj]) -> list[Obj]:
+        meta = rs["metadata"]
+
+        async def can_adopt() -> None:
+            # An uncached read: our cache may still show an RS that was deleted or recreated.
+            try:
+                fresh = await self.client.get(REPLICASETS, meta["name"], meta["namespace"])
+                if fresh["metadata"].get("uid") != meta["uid"]:
+                    raise ValueError(
+                        f"original {KIND} {meta['namespace']}/{meta['name']} is gone: "
+                        f"got uid {fresh['metadata'].get('uid')}, wanted {meta['uid']}"
+                    )
+            except Exception as err:
+                raise ValueError(f"can't recheck DeletionTimestamp: {err}") from err
+            deleted_at = fresh["metadata"].get("deletionTimestamp")
+            if deleted_at is not None:
+                raise ValueError(f"{meta['namespace']}/{meta['name']} has just been deleted at {deleted_at}")
+
+        manager = PodControllerRefManager(rs, selector, API_VERSION, KIND, self.pod_control.patch_pod, can_adopt)
+        claimed, error = await manager.claim_pods(pods)
+        if error is not None:
+            raise error
+        return claimed
+
+    def schedule_availability_check(self, key: str, rs: Obj, active: Sequence[Obj], evaluated_at: float) -> None:
+        """With minReadySeconds, look again when the next Ready pod becomes available."""
+        min_ready = min_ready_seconds(rs)
+        status = rs.get("status") or {}
+        if min_ready <= 0 or status.get("readyReplicas", 0) == status.get("availableReplicas", 0):
+            return
+        delay = min_next_availability_check(active, min_ready, evaluated_at, time.time())
+        self.queue.add_after(key, float(min_ready) if delay is None else delay)
+
+    # -- manageReplicas -------------------------------------------------------------------------------
+
+    async def manage_replicas(self, active: Sequence[Obj], rs: Obj) -> BaseException | None:
+        """Create or delete pods toward spec.replicas, at most `burst_replicas` per sync.
+
+        Returns (rather than raises) the first failure: status is still written before retrying.
+        """
+        diff = len(active) - spec_replicas(rs)
+        if diff < 0:
+            return await self.create_replicas(rs, min(-diff, self.burst_replicas))
+        if diff > 0:
+            return await self.delete_replicas(rs, active, min(diff, self.burst_replicas))
+        return None
+
+    async def create_replicas(self, rs: Obj, count: int) -> BaseException | None:
+        key = object_key(rs)
+        namespace = rs["metadata"]["namespace"]
+        template = rs["spec"].get("template") or {}
+        controller_ref = new_controller_ref(rs, API_VERSION, KIND)
+        # Expect all `count` before the first call: pod adds may arrive before the calls return.
+        self.expectations.expect_creations(key, count)
+        self.log.v(2).info("Too few replicas", replicaSet=key, need=spec_replicas(rs), creating=count)
+
+        async def create_one() -> None:
+            try:
+                await self.pod_control.create_pod(namespace, template, rs, controller_ref)
+            except ApiError as err:
+                if err.has_cause(NAMESPACE_TERMINATING_CAUSE):
+                    return  # every create fails until the namespace is gone; not worth an error
+                raise
+
+        successes, error = await slow_start_batch(count, create_one)
+        if (skipped := count - successes) > 0:
+            # The informer will never see these pods, so stop waiting for them.
+            self.log.v(2).info(
+                "Slow-start failure. Skipping creation of pods, decrementing expectations",
+                podsSkipped=skipped, replicaSet=key,
+            )
+            self.expectations.lower(key, skipped, 0)
+        return error
+
+    async def delete_replicas(self, rs: Obj, active: Sequence[Obj], count: int) -> BaseException | None:
+        key = object_key(rs)
+        self.log.v(2).info("Too many replicas", replicaSet=key, need=spec_replicas(rs), deleting=count)
+        victims = pods_to_delete(active, self.related_pods(rs), count)
+        # Expect these exact pods, so "deletionTimestamp set" and "deleted" count once each.
+        self.expectations.expect_deletions(key, [pod_key(p) for p in victims])
+        errors = await asyncio.gather(*(self.delete_one(rs, key, pod) for pod in victims))
+        return next((e for e in errors if e is not None), None)
+
+    async def delete_one(self, rs: Obj, key: str, pod: Obj) -> BaseException | None:
+        try:
+            await self.pod_control.delete_pod(rs["metadata"]["namespace"], pod["metadata"]["name"], rs)
+        except Exception as err:
+            # The informer won't observe a deletion that didn't happen.
+            self.expectations.deletion_observed(key, pod_key(pod))
+            if isinstance(err, NotFound):
+                return None
+            self.log.v(2).info("Failed to delete pod, decremented expectations", pod=pod_key(pod), replicaSet=key)
+            return err
+        return None

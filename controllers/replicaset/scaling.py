@@ -1,0 +1,85 @@
+"""How a ReplicaSet grows and shrinks: slow-start creation batches and the choice of victims.
+
+- `slow_start_batch`: call `create` `count` times in batches of 1, 2, 4, ... run concurrently;
+  stop after the first batch with a failure, so a quota denial costs one doomed call, not 500.
+- `pods_to_delete`: the `n` pods best given up, by KCM's ranking (`podutil.sort_for_deletion`)
+  where a pod's rank is the number of active related pods on its node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+from pykcm.informers.store import Obj
+from pykcm.podutil import is_pod_active, is_pod_ready, parse_time, sort_for_deletion
+
+from .metrics import sorting_deletion_age_ratio
+
+SLOW_START_INITIAL_BATCH_SIZE = 1
+
+
+def slow_start_batch_sizes(count: int, initial: int = SLOW_START_INITIAL_BATCH_SIZE) -> list[int]:
+    """The batch sizes for `count` calls if all succeed: 1, 2, 4, ... and the remainder."""
+    sizes, remaining, size = [], count, min(count, initial)
+    while size > 0:
+        sizes.append(size)
+        remaining -= size
+        size = min(2 * size, remaining)
+    return sizes
+
+
+async def slow_start_batch(
+    count: int, create: Callable[[], Awaitable[None]], initial: int = SLOW_START_INITIAL_BATCH_SIZE
+) -> tuple[int, BaseException | None]:
+    """(successful calls, first error). Batches after a failing one are never started."""
+    successes = 0
+    for size in slow_start_batch_sizes(count, initial):
+        results = await asyncio.gather(*(create() for _ in range(size)), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for err in errors:
+            if not isinstance(err, Exception):
+                raise err  # cancellation and the like are not creation failures
+        successes += size - len(errors)
+        if errors:
+            return successes, errors[0]
+    return successes, None
+
+
+def ranks_by_colocated_related_pods(pods: Sequence[Obj], related: Iterable[Obj]) -> list[int]:
+    """For each pod, how many active related pods share its node ("" for unscheduled too)."""
+    on_node: dict[str, int] = {}
+    for pod in related:
+        if is_pod_active(pod):
+            node = (pod.get("spec") or {}).get("nodeName", "")
+            on_node[node] = on_node.get(node, 0) + 1
+    return [on_node.get((p.get("spec") or {}).get("nodeName", ""), 0) for p in pods]
+
+
+def pods_to_delete(active: Sequence[Obj], related: Iterable[Obj], count: int, now: float | None = None) -> list[Obj]:
+    """The `count` pods to delete; all of them, unsorted, if `count` covers every pod."""
+    if count >= len(active):
+        return list(active)[:count]
+    now = time.time() if now is None else now
+    ranked = sort_for_deletion(active, ranks_by_colocated_related_pods(active, related), now)
+    _report_deletion_age_ratio(ranked, count, now)
+    return ranked[:count]
+
+
+def _report_deletion_age_ratio(ranked: Sequence[Obj], count: int, now: float) -> None:
+    """Age of each deleted Ready pod over the youngest Ready pod's age (integer ms division, as KCM)."""
+    ready_created = [t for p in ranked if is_pod_ready(p) and (t := _created(p)) is not None]
+    if not ready_created:
+        return
+    youngest_age_ms = int((now - max(ready_created)) * 1000)
+    if youngest_age_ms <= 0:
+        return
+    for pod in ranked[:count]:
+        created = _created(pod)
+        if is_pod_ready(pod) and created is not None:
+            sorting_deletion_age_ratio.observe(float(int((now - created) * 1000) // youngest_age_ms))
+
+
+def _created(pod: Obj) -> float | None:
+    return parse_time(pod["metadata"].get("creationTimestamp"))

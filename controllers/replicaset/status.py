@@ -1,0 +1,144 @@
+"""ReplicaSet status: computed from the claimed pods, written only when something changed.
+
+From KCM's replica_set_utils.go: `calculate_status` counts the active pods (replicas), those
+carrying every template label (fullyLabeledReplicas), Ready ones, available ones (Ready for
+minReadySeconds) and terminating ones, and sets or clears the `ReplicaFailure` condition after
+a failed or successful manageReplicas. `update_status` skips the write when nothing changed
+and the generation was already observed; otherwise it PUTs `/status` and retries once after a
+fresh GET.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pykcm.client.resources import REPLICASETS
+from pykcm.client.rest import RestClient
+from pykcm.informers.store import Obj
+from pykcm.log import Logger
+from pykcm.podutil import format_time, is_pod_available, is_pod_ready
+from pykcm.selectors import selector_from_set
+
+REPLICA_FAILURE = "ReplicaFailure"
+STATUS_UPDATE_RETRIES = 1
+_COUNTS = ("replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas")
+
+Status = dict[str, Any]
+
+
+def spec_replicas(rs: Obj) -> int:
+    replicas = (rs.get("spec") or {}).get("replicas")
+    return 1 if replicas is None else int(replicas)  # the API defaults it to 1
+
+
+def min_ready_seconds(rs: Obj) -> int:
+    return int((rs.get("spec") or {}).get("minReadySeconds") or 0)
+
+
+def get_condition(status: Status, cond_type: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or () if c.get("type") == cond_type), None)
+
+
+def failure_reason(active_count: int, desired: int) -> str:
+    """Which way manageReplicas was going when it failed."""
+    if active_count < desired:
+        return "FailedCreate"
+    if active_count > desired:
+        return "FailedDelete"
+    return ""
+
+
+def calculate_status(
+    rs: Obj,
+    active_pods: Sequence[Obj],
+    terminating_pods: Sequence[Obj] | None,
+    manage_error: BaseException | None,
+    now: float,
+) -> Status:
+    """The new status. `terminating_pods` None leaves terminatingReplicas unset (gate off)."""
+    status: Status = copy.deepcopy(rs.get("status") or {})
+    template_labels = selector_from_set(((rs["spec"].get("template") or {}).get("metadata") or {}).get("labels"))
+    min_ready = min_ready_seconds(rs)
+    ready = [p for p in active_pods if is_pod_ready(p)]
+    status["replicas"] = len(active_pods)
+    status["fullyLabeledReplicas"] = sum(1 for p in active_pods if template_labels.matches(p["metadata"].get("labels")))
+    status["readyReplicas"] = len(ready)
+    status["availableReplicas"] = sum(1 for p in ready if is_pod_available(p, min_ready, now))
+    if terminating_pods is None:
+        status.pop("terminatingReplicas", None)
+    else:
+        status["terminatingReplicas"] = len(terminating_pods)
+    _update_failure_condition(status, rs, len(active_pods), manage_error)
+    return status
+
+
+def _update_failure_condition(status: Status, rs: Obj, active_count: int, manage_error: BaseException | None) -> None:
+    existing = get_condition(status, REPLICA_FAILURE)
+    if manage_error is not None and existing is None:
+        condition = {
+            "type": REPLICA_FAILURE,
+            "status": "True",
+            "lastTransitionTime": format_time(time.time()),
+            "reason": failure_reason(active_count, spec_replicas(rs)),
+            "message": str(manage_error),
+        }
+        status["conditions"] = [*(status.get("conditions") or []), condition]
+    elif manage_error is None and existing is not None:
+        remaining = [c for c in status.get("conditions") or () if c.get("type") != REPLICA_FAILURE]
+        if remaining:
+            status["conditions"] = remaining
+        else:
+            status.pop("conditions", None)
+
+
+def status_unchanged(rs: Obj, new: Status) -> bool:
+    """The steady state: counts and conditions equal and the current generation observed."""
+    old = rs.get("status") or {}
+    return (
+        all(old.get(k, 0) == new.get(k, 0) for k in _COUNTS)
+        and old.get("terminatingReplicas") == new.get("terminatingReplicas")
+        and rs["metadata"].get("generation", 0) == old.get("observedGeneration", 0)
+        and (old.get("conditions") or []) == (new.get("conditions") or [])
+    )
+
+
+async def update_status(client: RestClient, rs: Obj, new: Status, log: Logger) -> Obj:
+    """Write `new` unless unchanged; returns the ReplicaSet as the server (or cache) has it."""
+    if status_unchanged(rs, new):
+        return rs
+    # The generation we acted on, kept on retry so we never claim to have seen a newer spec.
+    new = {**new, "observedGeneration": rs["metadata"].get("generation", 0)}
+    current = rs
+    attempt = 0
+    while True:
+        body = {**current, "status": new}
+        _log_status_change(log, current, new)
+        try:
+            return await client.update(REPLICASETS, body, subresource="status")
+        except Exception:
+            if attempt >= STATUS_UPDATE_RETRIES:
+                raise
+        attempt += 1
+        meta = current["metadata"]
+        # A GET failure is more interesting than the failed update: it propagates.
+        current = await client.get(REPLICASETS, meta["name"], meta["namespace"])
+
+
+def _log_status_change(log: Logger, rs: Obj, new: Status) -> None:
+    logger = log.v(4)
+    if not logger.enabled():
+        return
+    old = rs.get("status") or {}
+    meta = rs["metadata"]
+    changes = {k: f"{old.get(k, 0)}->{new.get(k, 0)}" for k in _COUNTS}
+    logger.info(
+        "Updating status",
+        replicaSet=f"{meta['namespace']}/{meta['name']}",
+        need=spec_replicas(rs),
+        terminatingReplicas=f"{old.get('terminatingReplicas')}->{new.get('terminatingReplicas')}",
+        observedGeneration=f"{old.get('observedGeneration', 0)}->{new.get('observedGeneration', 0)}",
+        **changes,
+    )

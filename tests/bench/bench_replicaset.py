@@ -1,0 +1,239 @@
+"""Benchmark: pykcm's ReplicaSet controller against the real kube-controller-manager.
+
+Not a test: a script that prints a table. On one freshly started local control plane, for
+each client limit (--kube-api-qps/--kube-api-burst), KCM (only its replicaset controller) and
+then pykcm (`python -m pykcm.cli run --controllers replicaset`, a child process) each get a fresh
+namespace and:
+
+1. scale up: 100 ReplicaSets x 10 replicas are created; time until every status has settled
+   (replicas == fullyLabeledReplicas == 10, observedGeneration current) and 1,000 pods exist;
+2. scale down: all scaled to 0; time until every status says 0 at the new generation.
+
+For the controller-manager process: peak RSS (VmHWM) and CPU seconds (utime+stime) over both
+phases, from /proc. Finally the apiserver's own ceiling: pods/s a fast concurrent client can
+create. Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from pykcm.client.resources import PODS, REPLICASETS
+from pykcm.client.rest import MERGE_PATCH, RestClient
+from pykcm.testenv.controlplane import ControlPlane, running
+from tests.support import PykcmProcess, admin_client, create_namespace
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+KCM_ARGS = ("--use-service-account-credentials=true",)
+IMAGE = "registry.k8s.io/pause:3.10"
+POLL = 0.25
+PHASE_TIMEOUT = 900.0
+
+
+# -- /proc ------------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14, 15)
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- workload ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    scale_up: float = float("nan")
+    scale_down: float = float("nan")
+    cpu: float = float("nan")
+    rss: float = float("nan")
+    notes: list[str] = field(default_factory=list)
+
+
+def rs_body(name: str, replicas: int) -> dict:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": IMAGE}]}},
+        },
+    }
+
+
+async def gather_limited(coros: list, limit: int = 50) -> list:
+    sem = asyncio.Semaphore(limit)
+
+    async def run(coro):
+        async with sem:
+            return await coro
+
+    return await asyncio.gather(*(run(c) for c in coros))
+
+
+async def wait_settled(api: RestClient, ns: str, count: int, replicas: int) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < PHASE_TIMEOUT:
+        items = (await api.list(REPLICASETS, ns))["items"]
+        if len(items) == count and all(settled(rs, replicas) for rs in items):
+            return time.monotonic()
+        await asyncio.sleep(POLL)
+    raise TimeoutError(f"{ns}: ReplicaSets did not settle at {replicas} within {PHASE_TIMEOUT:.0f}s")
+
+
+def settled(rs: dict, replicas: int) -> bool:
+    status = rs.get("status") or {}
+    return (
+        status.get("replicas", 0) == replicas
+        and status.get("fullyLabeledReplicas", 0) == replicas
+        and status.get("observedGeneration", 0) == rs["metadata"]["generation"]
+    )
+
+
+async def run_workload(api: RestClient, ns: str, count: int, replicas: int, pid: int) -> Result:
+    result = Result()
+    cpu_before = cpu_seconds(pid)
+    started = time.monotonic()
+    names = [f"rs-{i:03d}" for i in range(count)]
+    await gather_limited([api.create(REPLICASETS, rs_body(n, replicas), namespace=ns) for n in names])
+    result.scale_up = await wait_settled(api, ns, count, replicas) - started
+    pods = (await api.list(PODS, ns))["items"]
+    if len(pods) != count * replicas:
+        result.notes.append(f"{len(pods)} pods after scale-up, expected {count * replicas}")
+    started = time.monotonic()
+    await gather_limited([api.patch(REPLICASETS, n, {"spec": {"replicas": 0}}, ns, content_type=MERGE_PATCH)
+                          for n in names])
+    result.scale_down = await wait_settled(api, ns, count, 0) - started
+    result.cpu = cpu_seconds(pid) - cpu_before
+    result.rss = peak_rss_mib(pid)
+    return result
+
+
+async def cleanup(api: RestClient, ns: str) -> None:
+    await api.delete_collection(REPLICASETS, ns)
+    await api.delete_collection(PODS, ns, body={"gracePeriodSeconds": 0})
+
+
+# -- the two controller managers --------------------------------------------------------------------
+
+
+async def bench_kcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, count: int, replicas: int) -> Result:
+    ns = await create_namespace(api, "bench-kcm")
+    args = (*KCM_ARGS, f"--kube-api-qps={qps}", f"--kube-api-burst={burst}")
+    proc = await asyncio.to_thread(plane.start_kcm, "replicaset", args)
+    try:
+        await asyncio.sleep(1.0)  # healthz is up; give the informers their initial list
+        return await run_workload(api, ns, count, replicas, proc.pid)
+    finally:
+        await asyncio.to_thread(plane.stop_kcm)
+        await cleanup(api, ns)
+
+
+async def bench_pykcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, count: int, replicas: int,
+                      log_dir: Path) -> Result:
+    ns = await create_namespace(api, "bench-pykcm")
+    proc = PykcmProcess(
+        "--kubeconfig", str(plane.kubeconfig), "--controllers", "replicaset",
+        "--kube-api-qps", str(qps), "--kube-api-burst", str(burst),
+        log_path=log_dir / f"pykcm-{qps}-{uuid.uuid4().hex[:4]}.log",
+    )
+    try:
+        await proc.wait_for_log("Caches are synced")
+        return await run_workload(api, ns, count, replicas, proc.pid)
+    finally:
+        proc.signal()
+        await proc.wait(60)
+        await cleanup(api, ns)
+
+
+async def apiserver_ceiling(api: RestClient, pods: int = 1000, concurrency: int = 64) -> float:
+    """Pods/s one fast client reaches creating `pods` pods with `concurrency` requests in flight."""
+    ns = await create_namespace(api, "bench-ceiling")
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-"},
+            "spec": {"containers": [{"name": "c", "image": IMAGE}]}}
+    started = time.monotonic()
+    await gather_limited([api.create(PODS, body, namespace=ns) for _ in range(pods)], concurrency)
+    rate = pods / (time.monotonic() - started)
+    await cleanup(api, ns)
+    return rate
+
+
+# -- report -----------------------------------------------------------------------------------------
+
+
+def ratio(ours: float, theirs: float) -> str:
+    return f"{ours / theirs:.2f}x" if theirs and theirs == theirs and ours == ours else "n/a"
+
+
+def print_table(rows: list[tuple[str, Result, Result]], ceiling: float, count: int, replicas: int) -> None:
+    print()
+    print(f"ReplicaSet controller benchmark: {count} ReplicaSets x {replicas} replicas "
+          f"({count * replicas} pods), local kube-apiserver v1.36.3")
+    header = f"{'client limits':<22}{'figure':<26}{'KCM':>12}{'pykcm':>12}{'pykcm/KCM':>12}"
+    print(header)
+    print("-" * len(header))
+    for limits, kcm, ours in rows:
+        figures = (
+            ("scale up (s)", kcm.scale_up, ours.scale_up, "{:.1f}"),
+            ("scale down (s)", kcm.scale_down, ours.scale_down, "{:.1f}"),
+            ("CPU, both phases (s)", kcm.cpu, ours.cpu, "{:.1f}"),
+            ("peak RSS (MiB)", kcm.rss, ours.rss, "{:.0f}"),
+        )
+        for i, (name, theirs, mine, fmt) in enumerate(figures):
+            label = limits if i == 0 else ""
+            print(f"{label:<22}{name:<26}{fmt.format(theirs):>12}{fmt.format(mine):>12}{ratio(mine, theirs):>12}")
+        for note in kcm.notes + ours.notes:
+            print(f"{'':<22}note: {note}")
+    print("-" * len(header))
+    print(f"apiserver ceiling: {ceiling:.0f} pods/s (one client, 64 creates in flight)")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    settings = [tuple(int(x) for x in s.split("/")) for s in args.limits.split(",")]
+    with running(Path(tempfile.mkdtemp(prefix="pykcm-bench-")), log=lambda m: print(f"[testenv] {m}")) as plane:
+        api = admin_client(plane.kubeconfig, qps=10_000, burst=10_000)
+        try:
+            rows = []
+            for qps, burst in settings:
+                print(f"[bench] qps {qps}/burst {burst}: kube-controller-manager ...", flush=True)
+                kcm = await bench_kcm(plane, api, qps, burst, args.replica_sets, args.replicas)
+                print(f"[bench] qps {qps}/burst {burst}: pykcm ...", flush=True)
+                ours = await bench_pykcm(plane, api, qps, burst, args.replica_sets, args.replicas, plane.logs_dir)
+                rows.append((f"qps {qps}/burst {burst}", kcm, ours))
+            print("[bench] apiserver ceiling ...", flush=True)
+            ceiling = await apiserver_ceiling(api)
+        finally:
+            await api.close()
+    print_table(rows, ceiling, args.replica_sets, args.replicas)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replica-sets", type=int, default=100)
+    parser.add_argument("--replicas", type=int, default=10)
+    parser.add_argument("--limits", default="20/30,1000/1000", help="qps/burst pairs, comma separated")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,452 @@
+"""Pure logic behind the ReplicaSet controller: selectors, expectations, controller refs,
+slow-start batches, the deletion ranking, status and pods from templates."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from controllers.replicaset.scaling import (
+    pods_to_delete,
+    ranks_by_colocated_related_pods,
+    slow_start_batch,
+    slow_start_batch_sizes,
+)
+from controllers.replicaset.status import calculate_status, status_unchanged
+from pykcm.client.resources import PODS, REPLICASETS
+from pykcm.consistency import ConsistencyStore, ObservedResourceVersion, StaleCacheError
+from pykcm.controllerref import adopt_patch, get_controller_of, pod_controller_index, release_patch
+from pykcm.expectations import EXPECTATIONS_TIMEOUT, ControllerExpectations
+from pykcm.podcontrol import pod_from_template, pod_name_prefix
+from pykcm.podutil import (
+    deletion_cost,
+    format_time,
+    is_pod_available,
+    min_next_availability_check,
+    sort_for_deletion,
+)
+from pykcm.selectors import EVERYTHING, NOTHING, SelectorError, selector_from_label_selector, selector_from_set
+
+NOW = 1_700_000_000.0
+
+
+def pod(
+    name: str,
+    *,
+    node: str = "node-a",
+    phase: str = "Running",
+    ready: bool = True,
+    ready_since: float | None = NOW - 3600,
+    created: float = NOW - 7200,
+    cost: str | None = None,
+    restarts: int = 0,
+    uid: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict:
+    annotations = {"controller.kubernetes.io/pod-deletion-cost": cost} if cost is not None else {}
+    conditions = []
+    if ready is not None:
+        cond = {"type": "Ready", "status": "True" if ready else "False"}
+        if ready_since is not None:
+            cond["lastTransitionTime"] = format_time(ready_since)
+        conditions.append(cond)
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid or f"uid-{name}",
+            "labels": labels if labels is not None else {"app": "web"},
+            "annotations": annotations,
+            "creationTimestamp": format_time(created),
+        },
+        "spec": {"nodeName": node},
+        "status": {
+            "phase": phase,
+            "conditions": conditions,
+            "containerStatuses": [{"name": "c", "restartCount": restarts}],
+        },
+    }
+
+
+# -- selectors --------------------------------------------------------------------------------------
+
+
+def test_selector_match_labels_and_expressions() -> None:
+    sel = selector_from_label_selector(
+        {
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["a", "b"]},
+                {"key": "env", "operator": "NotIn", "values": ["prod"]},
+                {"key": "team", "operator": "Exists"},
+                {"key": "legacy", "operator": "DoesNotExist"},
+            ],
+        }
+    )
+    assert sel.matches({"app": "web", "tier": "a", "team": "x"})
+    assert sel.matches({"app": "web", "tier": "b", "team": "x", "env": "dev"})
+    assert not sel.matches({"app": "web", "tier": "c", "team": "x"})
+    assert not sel.matches({"app": "web", "tier": "a", "team": "x", "env": "prod"})
+    assert not sel.matches({"app": "web", "tier": "a"})
+    assert not sel.matches({"app": "web", "tier": "a", "team": "x", "legacy": ""})
+    assert not sel.matches(None)
+
+
+def test_selector_nil_matches_nothing_and_empty_matches_everything() -> None:
+    assert selector_from_label_selector(None) is NOTHING
+    assert not NOTHING.matches({"a": "b"}) and not NOTHING.empty()
+    assert selector_from_label_selector({}) is EVERYTHING
+    assert EVERYTHING.matches({}) and EVERYTHING.empty()
+    assert selector_from_set({"a": "b"}).matches({"a": "b", "c": "d"})
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]},
+        {"matchExpressions": [{"key": "a", "operator": "In", "values": []}]},
+        {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]},
+        {"matchLabels": {"bad key!": "x"}},
+        {"matchLabels": {"a": "not a valid value"}},
+        {"matchLabels": {"UPPER.example.com/a": "x"}},
+        {"matchLabels": {"a/b/c": "x"}},
+    ],
+)
+def test_selector_invalid_raises(bad: dict) -> None:
+    with pytest.raises(SelectorError):
+        selector_from_label_selector(bad)
+
+
+def test_selector_accepts_prefixed_keys() -> None:
+    assert selector_from_label_selector({"matchLabels": {"app.kubernetes.io/name": "web"}}).matches(
+        {"app.kubernetes.io/name": "web"}
+    )
+
+
+# -- expectations -----------------------------------------------------------------------------------
+
+
+def test_scenario_17_expectations_block_until_creations_observed_or_expired() -> None:
+    clock = [0.0]
+    exp = ControllerExpectations(clock=lambda: clock[0])
+    assert exp.satisfied("ns/web")  # no record
+    exp.expect_creations("ns/web", 3)
+    assert not exp.satisfied("ns/web")
+    exp.creation_observed("ns/web")
+    exp.creation_observed("ns/web")
+    assert not exp.satisfied("ns/web")
+    exp.creation_observed("ns/web")
+    assert exp.satisfied("ns/web")
+    # Lagging watch: nothing observed, but the record expires after 5 minutes.
+    exp.expect_creations("ns/web", 3)
+    clock[0] += EXPECTATIONS_TIMEOUT
+    assert not exp.satisfied("ns/web")
+    clock[0] += 0.001
+    assert exp.satisfied("ns/web")
+
+
+def test_scenario_18_deletion_counted_once_per_pod_key() -> None:
+    exp = ControllerExpectations()
+    exp.expect_deletions("ns/web", ["ns/a", "ns/b"])
+    assert not exp.satisfied("ns/web")
+    exp.deletion_observed("ns/web", "ns/a")  # update with deletionTimestamp
+    exp.deletion_observed("ns/web", "ns/a")  # the real delete: no double count
+    assert exp.get("ns/web").delete == 1
+    assert not exp.satisfied("ns/web")
+    exp.deletion_observed("ns/web", "ns/unrelated")
+    assert exp.get("ns/web").delete == 1
+    exp.deletion_observed("ns/web", "ns/b")
+    assert exp.satisfied("ns/web")
+
+
+def test_scenario_19_deleted_expectations_start_clean() -> None:
+    exp = ControllerExpectations()
+    exp.expect_creations("ns/web", 5)
+    exp.delete("ns/web")
+    assert exp.satisfied("ns/web")
+    assert exp.get("ns/web") is None
+
+
+def test_expectations_can_go_negative_and_replace_resets() -> None:
+    exp = ControllerExpectations()
+    exp.expect_creations("k", 1)
+    exp.creation_observed("k")
+    exp.creation_observed("k")
+    assert exp.get("k").add == -1 and exp.satisfied("k")
+    exp.expect_creations("k", 2)
+    assert exp.get("k").add == 2
+
+
+# -- controller refs --------------------------------------------------------------------------------
+
+
+def test_controller_ref_patches_match_kcm() -> None:
+    owner = {"metadata": {"name": "web", "uid": "rs-uid"}}
+    assert adopt_patch(owner, "apps/v1", "ReplicaSet", "pod-uid") == {
+        "metadata": {
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "web",
+                    "uid": "rs-uid",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "uid": "pod-uid",
+        }
+    }
+    assert release_patch("pod-uid", ["rs-uid"]) == {
+        "metadata": {"uid": "pod-uid", "ownerReferences": [{"$patch": "delete", "uid": "rs-uid"}]}
+    }
+
+
+def test_pod_controller_index_keys() -> None:
+    owned = {"metadata": {"namespace": "ns", "ownerReferences": [
+        {"kind": "Other", "name": "x", "uid": "1"},
+        {"kind": "ReplicaSet", "name": "web", "uid": "2", "controller": True},
+    ]}}
+    assert get_controller_of(owned)["uid"] == "2"
+    assert pod_controller_index(owned) == ["ns/ReplicaSet/web/2"]
+    assert pod_controller_index({"metadata": {"namespace": "ns"}}) == ["ns"]
+
+
+# -- slow start -------------------------------------------------------------------------------------
+
+
+def test_scenario_02_slow_start_batch_sizes() -> None:
+    assert slow_start_batch_sizes(500) == [1, 2, 4, 8, 16, 32, 64, 128, 245]
+    assert slow_start_batch_sizes(10) == [1, 2, 4, 3]
+    assert slow_start_batch_sizes(0) == []
+
+
+async def test_scenario_02_slow_start_runs_each_batch_concurrently() -> None:
+    completed = 0
+    started_after: list[int] = []
+
+    async def create() -> None:
+        nonlocal completed
+        started_after.append(completed)
+        await asyncio.sleep(0)
+        completed += 1
+
+    successes, error = await slow_start_batch(500, create)
+    assert (successes, error) == (500, None)
+    batches: dict[int, int] = {}
+    for mark in started_after:
+        batches[mark] = batches.get(mark, 0) + 1
+    assert list(batches.values()) == [1, 2, 4, 8, 16, 32, 64, 128, 245]
+
+
+async def test_scenario_14_slow_start_stops_after_failing_batch() -> None:
+    calls = 0
+
+    async def create() -> None:
+        nonlocal calls
+        calls += 1
+        if calls >= 3:
+            raise RuntimeError("quota")
+
+    successes, error = await slow_start_batch(10, create)
+    # Batch 1 ok, batch 2 (calls 2 and 3) has a failure: stop; 4+ never started.
+    assert calls == 3 and successes == 2 and str(error) == "quota"
+
+
+# -- deletion ranking -------------------------------------------------------------------------------
+
+
+def test_scenario_11_unscheduled_pending_not_ready_go_first() -> None:
+    pods = [
+        pod("ready-1", ready_since=NOW - 100),
+        pod("running-not-ready", ready=False),
+        pod("ready-2", ready_since=NOW - 200),
+        pod("pending", phase="Pending", ready=False),
+        pod("unscheduled", node="", phase="Pending", ready=False),
+    ]
+    victims = pods_to_delete(pods, pods, 3, now=NOW)
+    assert [p["metadata"]["name"] for p in victims] == ["unscheduled", "pending", "running-not-ready"]
+
+
+def test_phase_order_pending_unknown_running() -> None:
+    pods = [pod("run", phase="Running"), pod("unk", phase="Unknown"), pod("pend", phase="Pending")]
+    ordered = sort_for_deletion(pods, [0, 0, 0], NOW)
+    assert [p["metadata"]["name"] for p in ordered] == ["pend", "unk", "run"]
+
+
+def test_scenario_12_lower_pod_deletion_cost_goes_first() -> None:
+    pods = [pod("expensive", cost="100"), pod("cheap", cost="-10")]
+    assert [p["metadata"]["name"] for p in pods_to_delete(pods, pods, 1, now=NOW)] == ["cheap"]
+
+
+@pytest.mark.parametrize(
+    ("value", "cost"),
+    [("5", 5), ("-3", -3), ("0", 0), ("+5", 0), ("007", 0), ("1_0", 0), ("x", 0), ("2147483648", 0), (None, 0)],
+)
+def test_deletion_cost_parsing(value: str | None, cost: int) -> None:
+    assert deletion_cost(pod("p", cost=value)) == cost
+
+
+def test_scenario_13_colocated_pods_go_first() -> None:
+    pods = [pod("b1", node="node-b"), pod("a1", node="node-a"), pod("a2", node="node-a")]
+    assert ranks_by_colocated_related_pods(pods, pods) == [1, 2, 2]
+    victim = pods_to_delete(pods, pods, 1, now=NOW)[0]
+    assert victim["spec"]["nodeName"] == "node-a"
+    # Without related pods (a ReplicaSet with no controller) every rank is 0.
+    assert ranks_by_colocated_related_pods(pods, []) == [0, 0, 0]
+
+
+def test_ready_time_in_log2_buckets_with_uid_tiebreak() -> None:
+    # 100 s and 110 s ago share floor(log2(ns)) -> tie broken by UID, not by exact time.
+    older = pod("older", ready_since=NOW - 110, uid="a")
+    newer = pod("newer", ready_since=NOW - 100, uid="b")
+    assert [p["metadata"]["name"] for p in sort_for_deletion([newer, older], [0, 0], NOW)] == ["older", "newer"]
+    # Far apart buckets: the more recently Ready one goes first whatever the UIDs.
+    recent = pod("recent", ready_since=NOW - 10, uid="z")
+    assert sort_for_deletion([older, recent], [0, 0], NOW)[0]["metadata"]["name"] == "recent"
+    # Without `now` exact times decide.
+    assert sort_for_deletion([older, newer], [0, 0], None)[0]["metadata"]["name"] == "newer"
+
+
+def test_restarts_then_creation_time() -> None:
+    calm = pod("calm", restarts=0)
+    crashy = pod("crashy", restarts=5)
+    assert sort_for_deletion([calm, crashy], [0, 0], NOW)[0]["metadata"]["name"] == "crashy"
+    old = pod("old", created=NOW - 100_000, uid="a")
+    young = pod("young", created=NOW - 10, uid="b")
+    assert sort_for_deletion([old, young], [0, 0], NOW)[0]["metadata"]["name"] == "young"
+
+
+def test_rank_beats_ready_time_but_cost_beats_rank() -> None:
+    lonely_recent = pod("lonely", node="b", ready_since=NOW - 1)
+    crowded_old = pod("crowded", node="a", ready_since=NOW - 10_000)
+    ordered = sort_for_deletion([lonely_recent, crowded_old], [1, 3], NOW)
+    assert ordered[0]["metadata"]["name"] == "crowded"
+    costly = pod("crowded", node="a", cost="5")
+    ordered = sort_for_deletion([costly, lonely_recent], [3, 1], NOW)
+    assert ordered[0]["metadata"]["name"] == "lonely"
+
+
+def test_delete_all_skips_sorting() -> None:
+    pods = [pod("x"), pod("y", node="")]
+    assert pods_to_delete(pods, pods, 2, now=NOW) == pods
+
+
+# -- availability -----------------------------------------------------------------------------------
+
+
+def test_scenario_22_availability_after_min_ready_seconds() -> None:
+    ready_at = NOW - 4
+    p = pod("p", ready_since=ready_at)
+    assert not is_pod_available(p, 10, NOW)
+    assert is_pod_available(p, 10, ready_at + 10)  # inclusive, as IsPodAvailable
+    assert is_pod_available(p, 0, NOW)
+    assert min_next_availability_check([p], 10, NOW, NOW) == pytest.approx(6)
+    # If it became due between status evaluation and now: look again at once.
+    assert min_next_availability_check([p], 10, NOW, NOW + 7) == 0.0
+    assert min_next_availability_check([pod("nr", ready=False)], 10, NOW, NOW) is None
+
+
+# -- status -----------------------------------------------------------------------------------------
+
+
+def rs(replicas: int = 2, generation: int = 1, status: dict | None = None, min_ready: int = 0) -> dict:
+    return {
+        "metadata": {"name": "web", "namespace": "ns", "uid": "rs-uid", "generation": generation},
+        "spec": {
+            "replicas": replicas,
+            "minReadySeconds": min_ready,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web", "tier": "fe"}}},
+        },
+        "status": status or {},
+    }
+
+
+def test_status_counts() -> None:
+    pods = [
+        pod("full", labels={"app": "web", "tier": "fe"}),
+        pod("partial", labels={"app": "web"}, ready=False),
+        pod("young", labels={"app": "web", "tier": "fe"}, ready_since=NOW - 1),
+    ]
+    status = calculate_status(rs(min_ready=5), pods, [pod("t")], None, NOW)
+    assert status == {
+        "replicas": 3,
+        "fullyLabeledReplicas": 2,
+        "readyReplicas": 2,
+        "availableReplicas": 1,
+        "terminatingReplicas": 1,
+    }
+    assert "terminatingReplicas" not in calculate_status(rs(), pods, None, None, NOW)
+
+
+def test_scenario_14_15_replica_failure_condition_set_then_cleared() -> None:
+    failed = calculate_status(rs(replicas=10), [], [], RuntimeError("exceeded quota"), NOW)
+    (cond,) = failed["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == (
+        "ReplicaFailure", "True", "FailedCreate", "exceeded quota"
+    )
+    # A later error does not rewrite the existing condition.
+    again = calculate_status(rs(replicas=10, status=failed), [], [], RuntimeError("other"), NOW)
+    assert again["conditions"] == [cond]
+    cleared = calculate_status(rs(replicas=10, status=failed), [], [], None, NOW)
+    assert "conditions" not in cleared
+    deleting = calculate_status(rs(replicas=0), [pod("x")], [], RuntimeError("boom"), NOW)
+    assert deleting["conditions"][0]["reason"] == "FailedDelete"
+
+
+def test_scenario_20_21_status_unchanged_needs_observed_generation() -> None:
+    steady = {"replicas": 2, "fullyLabeledReplicas": 2, "readyReplicas": 2, "availableReplicas": 2,
+              "terminatingReplicas": 0, "observedGeneration": 1}
+    new = {k: v for k, v in steady.items() if k != "observedGeneration"}
+    assert status_unchanged(rs(status=steady), new)
+    assert not status_unchanged(rs(generation=2, status=steady), new)  # 21: spec changed
+    assert not status_unchanged(rs(status=steady), {**new, "readyReplicas": 1})
+    assert not status_unchanged(rs(status={**steady, "terminatingReplicas": None}), new)
+
+
+# -- pods from the template -------------------------------------------------------------------------
+
+
+def test_scenario_23_pod_from_template_copies_metadata() -> None:
+    template = {
+        "metadata": {"labels": {"app": "web"}, "annotations": {"a": "1"}, "finalizers": ["x/y"], "name": "ignored"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
+    ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": True,
+           "blockOwnerDeletion": True}
+    p = pod_from_template(template, "web", ref)
+    assert p["metadata"] == {
+        "generateName": "web-",
+        "labels": {"app": "web"},
+        "annotations": {"a": "1"},
+        "finalizers": ["x/y"],
+        "ownerReferences": [ref],
+    }
+    assert p["spec"] == template["spec"] and p["spec"] is not template["spec"]
+    assert pod_name_prefix("x" * 253) == "x" * 253
+    assert pod_name_prefix("x" * 252) == "x" * 252 + "-"
+
+
+# -- stale cache ------------------------------------------------------------------------------------
+
+
+def test_consistency_store_waits_for_informers_to_see_our_writes() -> None:
+    rs_seen, pods_seen = ObservedResourceVersion(), ObservedResourceVersion()
+    store = ConsistencyStore({REPLICASETS: rs_seen, PODS: pods_seen})
+    rs_seen.observe({"metadata": {"resourceVersion": "10"}})
+    pods_seen.observe({"metadata": {"resourceVersion": "12"}})
+    store.wrote_at("ns/web", "u1", REPLICASETS, "15")
+    store.wrote_at("ns/web", "u1", PODS, "11")
+    with pytest.raises(StaleCacheError, match=r"replicasets\.apps"):
+        store.ensure_ready("ns/web")
+    rs_seen.observe({"metadata": {"resourceVersion": "15"}})
+    store.ensure_ready("ns/web")
+    assert len(store) == 0  # caught up: record dropped
+    store.wrote_at("ns/web", "u1", REPLICASETS, "99")
+    store.clear("ns/web", "other-uid")
+    assert len(store) == 1
+    store.clear("ns/web", "u1")
+    assert len(store) == 0
+
