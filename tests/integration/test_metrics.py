@@ -1,0 +1,113 @@
+"""/metrics as Prometheus scrapes it: client-go names, labels and buckets, and values that move."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pykcm.client.resources import NAMESPACES, REPLICASETS
+from pykcm.client.rest import RestClient
+from pykcm.testenv.controlplane import ControlPlane
+from tests.support import admin_client, create_namespace, free_port, https_get, running_manager, sample, wait_for
+
+pytestmark = pytest.mark.integration
+
+WORKQUEUE_BUCKETS = ["1e-08", "1e-07", "1e-06", "1e-05", "0.0001", "0.001", "0.01", "0.1", "1.0", "10.0", "+Inf"]
+REST_BUCKETS = ["0.005", "0.025", "0.1", "0.25", "0.5", "1.0", "2.0", "4.0", "8.0", "15.0", "30.0", "60.0", "+Inf"]
+
+
+@pytest.fixture
+async def client(control_plane: ControlPlane) -> AsyncIterator[RestClient]:
+    client = admin_client(control_plane.kubeconfig)
+    yield client
+    await client.close()
+
+
+def replicaset(name: str) -> dict:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        },
+    }
+
+
+def buckets(text: str, histogram: str, labels: dict[str, str]) -> list[str]:
+    for family in text_string_to_metric_families(text):
+        if family.name == histogram:
+            return [
+                s.labels["le"] for s in family.samples
+                if s.name == f"{histogram}_bucket" and all(s.labels.get(k) == v for k, v in labels.items())
+            ]
+    return []
+
+
+def label_values(text: str) -> set[str]:
+    return {v for family in text_string_to_metric_families(text) for s in family.samples for v in s.labels.values()}
+
+
+async def test_scenario_47_metrics_have_client_go_names_labels_and_buckets(
+    control_plane: ControlPlane, client: RestClient
+) -> None:
+    port, lease = free_port(), f"pykcm-{uuid.uuid4().hex[:8]}"
+    url, cert = f"https://127.0.0.1:{port}/metrics", (control_plane.pki.admin_cert, control_plane.pki.admin_key)
+    namespace = await create_namespace(client, "metrics")
+    names = [f"web-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    try:
+        async with running_manager(
+            control_plane.kubeconfig, "replicaset,serviceaccount", leader_elect=True, leader_elect_resource_name=lease,
+            secure_port=port, bind_address="127.0.0.1",
+        ):
+            status, before = await https_get(url, cert=cert)
+            assert status == 200
+            adds_before = sample(before, "workqueue_adds_total", {"name": "replicaset"}) or 0.0
+            for name in names:
+                await client.create(REPLICASETS, replicaset(name), namespace=namespace)
+
+            async def scraped_after_work() -> str | None:
+                text = (await https_get(url, cert=cert))[1]
+                adds = sample(text, "workqueue_adds_total", {"name": "replicaset"}) or 0.0
+                return text if adds >= adds_before + len(names) else None
+
+            text = await wait_for(scraped_after_work, timeout=20, interval=0.5, message="replicaset queue adds")
+    finally:
+        with contextlib.suppress(Exception):
+            await client.delete(NAMESPACES, namespace)
+
+    # Work queue (BETA, label `name` = queue name).
+    for metric in ("workqueue_depth", "workqueue_retries_total", "workqueue_unfinished_work_seconds",
+                   "workqueue_longest_running_processor_seconds"):
+        assert sample(text, metric, {"name": "replicaset"}) is not None, metric
+    assert sample(text, "workqueue_adds_total", {"name": "serviceaccount"}) is not None
+    assert sample(text, "workqueue_work_duration_seconds_count", {"name": "replicaset"}) >= len(names)
+    assert buckets(text, "workqueue_queue_duration_seconds", {"name": "replicaset"}) == WORKQUEUE_BUCKETS
+    assert buckets(text, "workqueue_work_duration_seconds", {"name": "replicaset"}) == WORKQUEUE_BUCKETS
+
+    # REST client: code/method/host counters, verb/host histograms.
+    host = control_plane.apiserver_url.removeprefix("https://")
+    assert sample(text, "rest_client_requests_total", {"code": "200", "method": "GET", "host": host}) > 0
+    assert sample(text, "rest_client_requests_total", {"code": "200", "method": "PUT", "host": host}) > 0  # lease
+    assert buckets(text, "rest_client_request_duration_seconds", {"verb": "GET", "host": host}) == REST_BUCKETS
+    assert buckets(text, "rest_client_rate_limiter_duration_seconds", {"verb": "GET", "host": host}) == REST_BUCKETS
+
+    # Leader election and the manager.
+    assert sample(text, "leader_election_master_status", {"name": lease}) == 1
+    assert sample(text, "leader_election_slowpath_total", {"name": lease}) is not None
+    running = {"name": "replicaset-controller", "manager": "pykcm"}
+    assert sample(text, "running_managed_controllers", running) == 1
+    assert sample(text, "pykcm_controller_sync_duration_seconds_count", {"controller": "replicaset-controller"}) > 0
+
+    # Process metrics from prometheus_client's default collectors.
+    assert sample(text, "process_resident_memory_bytes") is not None
+
+    # Bounded cardinality: no label value is an object's name.
+    assert not ({namespace, *names} & label_values(text))
