@@ -66,7 +66,9 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
     return ClientConfig(
         host=cfg.host.rstrip("/"),
         ssl_context=tls_context(cfg.ssl_ca_cert, cfg.verify_ssl, cfg.cert_file, cfg.key_file) if https else None,
-        token_source=lambda: cfg.get_api_key_with_prefix("authorization"),
+        # The package keeps the token (with its "Bearer " prefix) under "BearerToken", older
+        # releases under "authorization"; asking this way also runs exec/OIDC refreshes.
+        token_source=lambda: cfg.get_api_key_with_prefix("BearerToken", alias="authorization"),
         ca_file=cfg.ssl_ca_cert,
         verify_tls=bool(cfg.verify_ssl),
     )
