@@ -1,0 +1,59 @@
+"""Service-account credentials: tokens are renewed before they expire, and failures back off."""
+
+import asyncio
+import datetime
+import time
+
+from pykcm import clientbuilder
+from pykcm.client.config import ClientConfig
+from pykcm.client.errors import ServiceUnavailable
+from pykcm.client.rest import RestClient
+
+
+class FakeRoot(RestClient):
+    """Answers TokenRequest with tokens that live `lifetime` seconds; optionally fails once first."""
+
+    def __init__(self, lifetime: float, fail_first: bool = False) -> None:
+        super().__init__(ClientConfig(host="https://127.0.0.1:1", ssl_context=None))
+        self.lifetime = lifetime
+        self.fail_first = fail_first
+        self.issued = 0
+
+    async def request(self, method, path, **kw):
+        assert method == "POST" and path.endswith("/serviceaccounts/replicaset-controller/token")
+        assert kw["body"]["spec"]["expirationSeconds"] == clientbuilder.TOKEN_LIFETIME
+        if self.fail_first:
+            self.fail_first = False
+            raise ServiceUnavailable(503, "ServiceUnavailable", "try later")
+        self.issued += 1
+        expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=self.lifetime)
+        return {"status": {"token": f"t{self.issued}", "expirationTimestamp": expires.isoformat()}}
+
+
+async def renew_for(root: FakeRoot, seconds: float) -> clientbuilder._Token:
+    builder = clientbuilder.ServiceAccountClientBuilder(root)
+    token = await builder._request_token("replicaset-controller")
+    task = asyncio.create_task(builder._keep_renewed("replicaset-controller", token))
+    await asyncio.sleep(seconds)
+    task.cancel()
+    return token
+
+
+async def test_token_is_renewed_before_it_expires(monkeypatch):
+    monkeypatch.setattr(clientbuilder, "TOKEN_LIFETIME", 1)  # so "80 % of the lifetime" comes quickly
+    root = FakeRoot(lifetime=1.0)
+    token = await renew_for(root, 1.5)
+    assert root.issued >= 2  # renewed at ~0.8 s, before the 1 s expiry
+    assert token.value == f"t{root.issued}" and token.expires > time.monotonic()
+
+
+async def test_failed_renewal_is_retried(monkeypatch):
+    monkeypatch.setattr(clientbuilder, "TOKEN_LIFETIME", 1)
+    root = FakeRoot(lifetime=1.0)
+    builder = clientbuilder.ServiceAccountClientBuilder(root)
+    token = await builder._request_token("replicaset-controller")
+    root.fail_first = True
+    task = asyncio.create_task(builder._keep_renewed("replicaset-controller", token))
+    await asyncio.sleep(3.5)  # fails at ~0.8 s, backs off 1-2 s, then succeeds
+    task.cancel()
+    assert token.value != "t1"
