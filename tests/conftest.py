@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from pykcm.testenv.controlplane import ControlPlane, running
+from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
@@ -34,4 +36,7 @@ def _terminal_log(config: pytest.Config) -> Callable[[str], None]:
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
     with running(tmp_path_factory.mktemp("control-plane"), log=_terminal_log(pytestconfig)) as plane:
+        mode = os.environ.get(CREDENTIALS_ENV, "admin")
+        if mode != "admin":
+            install_deploy_credentials(plane, mode)
         yield plane

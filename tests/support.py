@@ -29,6 +29,9 @@ from pykcm.options import Options, resolve_controllers
 
 T = TypeVar("T")
 
+CONTROLLER_KUBECONFIG_ENV = "PYKCM_TEST_CONTROLLER_KUBECONFIG"
+SA_CREDENTIALS_ENV = "PYKCM_TEST_USE_SA_CREDENTIALS"
+
 
 def admin_client(kubeconfig: Path | str, qps: float = 1000, burst: int = 1000) -> RestClient:
     """An admin client for test set-up; fast limits so the test, not the client, is measured."""
@@ -67,6 +70,12 @@ async def running_manager(kubeconfig: Path | str, controllers: str = "*", **opti
     """Run pykcm's manager in this event loop until the block ends; yields once caches are synced."""
     # Tests run side by side: no Lease and no HTTPS port unless a test asks for them.
     options = {"leader_elect": False, "secure_port": 0, **options}
+    # Under PYKCM_TEST_CREDENTIALS (see conftest.py) pykcm runs with deploy/'s ServiceAccount and
+    # RBAC instead of the admin credential the test itself uses, proving that RBAC is enough.
+    # The mode then also decides --use-service-account-credentials, whatever the test asked for.
+    if os.environ.get(CONTROLLER_KUBECONFIG_ENV):
+        kubeconfig = os.environ[CONTROLLER_KUBECONFIG_ENV]
+        options["use_service_account_credentials"] = bool(os.environ.get(SA_CREDENTIALS_ENV))
     opts = Options(kubeconfig=str(kubeconfig), controllers=controllers.split(","), **options)
     registry = discover_controllers()
     enabled = resolve_controllers(opts.controllers, [c.info() for c in registry.values()])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import yaml
 
 from pykcm.testenv.build import ensure_binaries
 from pykcm.testenv.controlplane import running
+from tests.deploy_credentials import CREDENTIALS_ENV, DEPLOY_DIR_ENV, render_deploy
+from tests.support import CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -31,7 +34,7 @@ def kubectl() -> Path:
 
 
 def overlay(tmp_path: Path, components: tuple[str, ...]) -> Path:
-    """deploy/ plus the given components, as a user's overlay would include them."""
+    """deploy/ plus components as a directory, for `kubectl apply -k`."""
     shutil.copytree(DEPLOY, tmp_path / "base")
     spec = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -43,14 +46,9 @@ def overlay(tmp_path: Path, components: tuple[str, ...]) -> Path:
     return tmp_path
 
 
-def render(kubectl: Path, directory: Path) -> list[dict]:
-    out = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=True)
-    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
-
-
 @pytest.mark.parametrize("components", [(), ("service-account-credentials",), COMPONENTS])
-def test_every_rendered_manifest_validates_strictly(kubectl, tmp_path, components):
-    objects = render(kubectl, overlay(tmp_path, components))
+def test_every_rendered_manifest_validates_strictly(kubectl, components):
+    objects = render_deploy(kubectl, DEPLOY, components)
     kinds = {o["kind"] for o in objects}
     assert {"ServiceAccount", "ClusterRole", "Deployment", "PodDisruptionBudget", "Service"} <= kinds
     for obj in objects:
@@ -59,8 +57,8 @@ def test_every_rendered_manifest_validates_strictly(kubectl, tmp_path, component
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
-def test_service_monitor_scrapes_metrics_over_https_with_a_bearer_token(kubectl, tmp_path):
-    objects = render(kubectl, overlay(tmp_path, ("prometheus",)))
+def test_service_monitor_scrapes_metrics_over_https_with_a_bearer_token(kubectl):
+    objects = render_deploy(kubectl, DEPLOY, ("prometheus",))
     monitor = next(o for o in objects if o["kind"] == "ServiceMonitor")
     endpoint = monitor["spec"]["endpoints"][0]
     assert endpoint["scheme"] == "https" and endpoint["path"] == "/metrics" and endpoint["bearerTokenFile"]
@@ -68,8 +66,8 @@ def test_service_monitor_scrapes_metrics_over_https_with_a_bearer_token(kubectl,
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 
 
-def test_deployment_is_hardened_and_probed(kubectl, tmp_path):
-    deployment = next(o for o in render(kubectl, overlay(tmp_path, ())) if o["kind"] == "Deployment")
+def test_deployment_is_hardened_and_probed(kubectl):
+    deployment = next(o for o in render_deploy(kubectl, DEPLOY, ()) if o["kind"] == "Deployment")
     spec = deployment["spec"]["template"]["spec"]
     container = spec["containers"][0]
     assert deployment["spec"]["replicas"] == 2
@@ -166,3 +164,51 @@ def test_image_recipe_installs_the_wheel_and_runs_from_it_alone(tmp_path):
         capture_output=True, text=True, cwd="/", check=True,
     ).stdout
     assert str(env_dir) in installed and str(ROOT) not in installed  # ran from the wheel, not the checkout
+
+
+# -- RBAC is proven sufficient by running the controller scenarios under it -----------------------
+
+SCENARIO_FILES = (
+    "tests/integration/test_replicaset.py",
+    "tests/integration/test_namespace.py",
+    "tests/integration/test_serviceaccount.py",
+)
+
+
+def run_scenarios_under(mode: str, select: str, deploy_dir: Path | None = None) -> subprocess.CompletedProcess:
+    """The scenario tests in a fresh pytest session whose pykcm holds only deploy/'s credentials."""
+    env = {k: v for k, v in os.environ.items() if k not in (CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV)}
+    env[CREDENTIALS_ENV] = mode
+    if deploy_dir is not None:
+        env[DEPLOY_DIR_ENV] = str(deploy_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *SCENARIO_FILES, "-k", select, "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400,
+    )
+
+
+def test_deploy_rbac_is_enough_for_every_controller_scenario():
+    result = run_scenarios_under("deploy", "scenario")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout
+
+
+def test_service_account_credentials_rbac_is_enough_for_every_controller_scenario():
+    result = run_scenarios_under("deploy-sa-credentials", "scenario")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout
+
+
+def test_a_verb_missing_from_deploy_rbac_fails_the_scenarios(tmp_path):
+    """Negative control: without `create` on pods the ReplicaSet scenarios must fail."""
+    broken = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, broken)
+    rbac = list(yaml.safe_load_all((broken / "rbac.yaml").read_text()))
+    role = next(o for o in rbac if o["kind"] == "ClusterRole")
+    for rule in role["rules"]:
+        if rule.get("resources") == ["pods"] and "create" in rule["verbs"]:
+            rule["verbs"].remove("create")
+    (broken / "rbac.yaml").write_text(yaml.safe_dump_all(rbac))
+    result = run_scenarios_under("deploy", "scenario_03", deploy_dir=broken)
+    assert result.returncode != 0, result.stdout[-4000:]
+    assert "failed" in result.stdout

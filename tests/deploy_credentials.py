@@ -1,0 +1,81 @@
+"""Run the test suite's pykcm with deploy/'s ServiceAccount and RBAC instead of an admin credential.
+
+`PYKCM_TEST_CREDENTIALS=deploy` (or `deploy-sa-credentials`, which adds the
+service-account-credentials component and `--use-service-account-credentials`) makes the
+session fixture apply deploy/'s RBAC to the control plane, mint a token for `kube-system/pykcm`
+with TokenRequest, and point every in-process pykcm at it. The tests themselves keep the admin
+credential, so a verb missing from deploy/ makes the controllers fail and the scenarios with them.
+`PYKCM_TEST_DEPLOY_DIR` swaps in another deploy/ (the negative control uses one without a verb).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from pykcm.testenv.build import ensure_binaries
+from pykcm.testenv.controlplane import ControlPlane
+from tests.support import CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV
+
+CREDENTIALS_ENV = "PYKCM_TEST_CREDENTIALS"
+DEPLOY_DIR_ENV = "PYKCM_TEST_DEPLOY_DIR"
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+MODES = {"deploy": (), "deploy-sa-credentials": ("service-account-credentials",)}
+
+
+def render_deploy(kubectl: Path, deploy_dir: Path, components: tuple[str, ...]) -> list[dict]:
+    """deploy/ with components, rendered by the real kubectl's kustomize, as a user's overlay."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(deploy_dir, Path(tmp) / "base")
+        overlay = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": ["base"],
+            "components": [f"base/{c}" for c in components],
+        }
+        (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+        out = subprocess.run([kubectl, "kustomize", tmp], capture_output=True, text=True, check=True).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def install_deploy_credentials(plane: ControlPlane, mode: str) -> Path:
+    """Apply deploy/'s RBAC and return a kubeconfig holding only the pykcm ServiceAccount's token."""
+    if mode not in MODES:
+        raise ValueError(f"{CREDENTIALS_ENV}={mode!r}: expected one of {', '.join(MODES)}")
+    kubectl = ensure_binaries(need_kubectl=True, log=lambda _: None).kubectl
+    assert kubectl is not None
+    deploy_dir = Path(os.environ.get(DEPLOY_DIR_ENV) or DEPLOY)
+    rbac = [o for o in render_deploy(kubectl, deploy_dir, MODES[mode]) if o["kind"] in RBAC_KINDS]
+    admin = ["--kubeconfig", str(plane.kubeconfig)]
+    subprocess.run(
+        [kubectl, *admin, "apply", "--server-side", "--force-conflicts", "-f", "-"],
+        input=yaml.safe_dump_all(rbac), capture_output=True, text=True, check=True,
+    )
+    token = subprocess.run(
+        [kubectl, *admin, "create", "token", "pykcm", "-n", "kube-system", "--duration=3h"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    kubeconfig = plane.directory / f"pykcm-{mode}.kubeconfig"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {
+            "server": plane.apiserver_url,
+            "certificate-authority-data": base64.b64encode(plane.pki.ca_cert.read_bytes()).decode(),
+        }}],
+        "users": [{"name": "pykcm", "user": {"token": token}}],
+        "contexts": [{"name": "pykcm", "context": {"cluster": "local", "user": "pykcm"}}],
+        "current-context": "pykcm",
+    }
+    kubeconfig.write_text(yaml.safe_dump(config))
+    os.environ[CONTROLLER_KUBECONFIG_ENV] = str(kubeconfig)
+    if mode == "deploy-sa-credentials":
+        os.environ[SA_CREDENTIALS_ENV] = "1"
+    return kubeconfig
