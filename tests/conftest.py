@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from pykcm.client.rest import RestClient
 from pykcm.testenv.controlplane import ControlPlane, running
 from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials
+from tests.support import admin_client
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
@@ -31,6 +33,14 @@ def _terminal_log(config: pytest.Config) -> Callable[[str], None]:
             print(f"\n[testenv] {message}", flush=True)
 
     return log
+
+
+@pytest.fixture
+async def client(control_plane: ControlPlane) -> AsyncIterator[RestClient]:
+    """An admin API client for test set-up and assertions."""
+    api = admin_client(control_plane.kubeconfig)
+    yield api
+    await api.close()
 
 
 @pytest.fixture(scope="session")

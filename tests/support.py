@@ -29,6 +29,8 @@ from pykcm.options import Options, resolve_controllers
 
 T = TypeVar("T")
 
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: no kubelet runs in the test control plane
+
 CONTROLLER_KUBECONFIG_ENV = "PYKCM_TEST_CONTROLLER_KUBECONFIG"
 SA_CREDENTIALS_ENV = "PYKCM_TEST_USE_SA_CREDENTIALS"
 
@@ -51,6 +53,27 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message or check}: last={last!r}")
         await asyncio.sleep(interval)
+
+
+def replicaset_manifest(name: str, replicas: int, labels: dict[str, str] | None = None, **spec: Any) -> dict:
+    """An apps/v1 ReplicaSet selecting `labels` (default app=<name>). Extra keys: `metadata`,
+    `template_metadata`, `selector`, and anything else goes into `spec` (e.g. minReadySeconds)."""
+    labels = labels or {"app": name}
+    template = spec.pop("template_metadata", {})
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name, **spec.pop("metadata", {})},
+        "spec": {
+            "replicas": replicas,
+            "selector": spec.pop("selector", {"matchLabels": labels}),
+            "template": {
+                "metadata": {"labels": labels, **template},
+                "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}], "terminationGracePeriodSeconds": 30},
+            },
+            **spec,
+        },
+    }
 
 
 async def create_namespace(client: RestClient, prefix: str = "t", service_account: bool = True) -> str:

@@ -31,11 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from pykcm.client.resources import PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.testenv.controlplane import ControlPlane, running
-from tests.support import PykcmProcess, admin_client, create_namespace
+from tests.support import PAUSE_IMAGE, PykcmProcess, admin_client, create_namespace, replicaset_manifest
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 KCM_ARGS = ("--use-service-account-credentials=true",)
-IMAGE = "registry.k8s.io/pause:3.10"
 POLL = 0.25
 PHASE_TIMEOUT = 900.0
 
@@ -65,20 +64,6 @@ class Result:
     cpu: float = float("nan")
     rss: float = float("nan")
     notes: list[str] = field(default_factory=list)
-
-
-def rs_body(name: str, replicas: int) -> dict:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": IMAGE}]}},
-        },
-    }
 
 
 async def gather_limited(coros: list, limit: int = 50) -> list:
@@ -115,7 +100,7 @@ async def run_workload(api: RestClient, ns: str, count: int, replicas: int, pid:
     cpu_before = cpu_seconds(pid)
     started = time.monotonic()
     names = [f"rs-{i:03d}" for i in range(count)]
-    await gather_limited([api.create(REPLICASETS, rs_body(n, replicas), namespace=ns) for n in names])
+    await gather_limited([api.create(REPLICASETS, replicaset_manifest(n, replicas), namespace=ns) for n in names])
     result.scale_up = await wait_settled(api, ns, count, replicas) - started
     pods = (await api.list(PODS, ns))["items"]
     if len(pods) != count * replicas:
@@ -170,7 +155,7 @@ async def apiserver_ceiling(api: RestClient, pods: int = 1000, concurrency: int 
     """Pods/s one fast client reaches creating `pods` pods with `concurrency` requests in flight."""
     ns = await create_namespace(api, "bench-ceiling")
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-"},
-            "spec": {"containers": [{"name": "c", "image": IMAGE}]}}
+            "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]}}
     started = time.monotonic()
     await gather_limited([api.create(PODS, body, namespace=ns) for _ in range(pods)], concurrency)
     rate = pods / (time.monotonic() - started)

@@ -22,7 +22,16 @@ import pytest
 from pykcm.client.resources import EVENTS, LEASES, PODS, REPLICASETS
 from pykcm.client.rest import RestClient
 from pykcm.testenv.controlplane import ControlPlane, ManagedProcess, running
-from tests.support import PykcmProcess, admin_client, create_namespace, free_port, https_get, sample, wait_for
+from tests.support import (
+    PykcmProcess,
+    admin_client,
+    create_namespace,
+    free_port,
+    https_get,
+    replicaset_manifest,
+    sample,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -111,20 +120,6 @@ async def wait_for_holder(client: RestClient, lease: str, identity: str, timeout
     return time.monotonic() - start
 
 
-def replicaset(name: str, replicas: int) -> dict:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
-        },
-    }
-
-
 async def pods_of(client: RestClient, namespace: str, name: str) -> int:
     pods = await client.list(PODS, namespace, labelSelector=f"app={name}")
     return len(pods["items"])
@@ -179,7 +174,7 @@ async def test_scenario_40_only_the_lease_holder_runs_controllers(
         assert status == 200 and "[+]replicaset-controller ok" in body
 
         namespace = await create_namespace(client, "le")
-        await client.create(REPLICASETS, replicaset("web", 2), namespace=namespace)
+        await client.create(REPLICASETS, replicaset_manifest("web", 2), namespace=namespace)
         await wait_for_pods(client, namespace, "web", 2)
 
         assert await b.writes() == 0, "the standby wrote to the API"
@@ -198,7 +193,7 @@ async def test_scenario_41_killed_leader_is_replaced_after_expiry_and_work_conve
         namespace = await create_namespace(client, "le")
 
         a.proc.kill()
-        await client.create(REPLICASETS, replicaset("pending", 2), namespace=namespace)  # nobody leads now
+        await client.create(REPLICASETS, replicaset_manifest("pending", 2), namespace=namespace)  # nobody leads now
         waited = await wait_for_holder(client, lease, await b.identity(), LEASE_DURATION + MAX_ACQUIRE_WAIT + SLACK)
 
         # The standby waits for the lease to expire by its own clock (it last saw a renewal at
@@ -224,7 +219,7 @@ async def test_sigterm_releases_the_lease_and_the_standby_leads_within_seconds(
         assert '"Released leader lease"' in a.proc.log()
         assert (await holder(client, lease))["leaseTransitions"] == transitions + 1
         namespace = await create_namespace(client, "le")
-        await client.create(REPLICASETS, replicaset("after", 1), namespace=namespace)
+        await client.create(REPLICASETS, replicaset_manifest("after", 1), namespace=namespace)
         await wait_for_pods(client, namespace, "after", 1)
 
 
@@ -324,7 +319,7 @@ async def test_scenario_42_pykcm_and_kube_controller_manager_never_lead_together
             lambda: new_holder(own_client, {await_identity(first)}),
             timeout=LEASE_DURATION + MAX_ACQUIRE_WAIT + SLACK + 5, interval=0.2, message="KCM taking over",
         )
-        await own_client.create(REPLICASETS, replicaset("by-kcm", 1), namespace=namespace)
+        await own_client.create(REPLICASETS, replicaset_manifest("by-kcm", 1), namespace=namespace)
         await wait_for_pods(own_client, namespace, "by-kcm", 1)
         await wait_for(lambda: sampler_has(sampler, (0.0, 1.0)), timeout=10, message="KCM leading")
 
@@ -338,7 +333,7 @@ async def test_scenario_42_pykcm_and_kube_controller_manager_never_lead_together
         takeover = LEASE_DURATION + MAX_ACQUIRE_WAIT + SLACK
         await wait_for_holder(own_client, KCM_LEASE, await second.identity(), takeover)
         assert kcm_identity != await second.identity()
-        await own_client.create(REPLICASETS, replicaset("by-pykcm", 1), namespace=namespace)
+        await own_client.create(REPLICASETS, replicaset_manifest("by-pykcm", 1), namespace=namespace)
         await wait_for_pods(own_client, namespace, "by-pykcm", 1)
     finally:
         await sampler.stop()

@@ -12,7 +12,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from pykcm.client.resources import NAMESPACES, REPLICASETS
 from pykcm.client.rest import RestClient
 from pykcm.testenv.controlplane import ControlPlane
-from tests.support import admin_client, create_namespace, free_port, https_get, running_manager, sample, wait_for
+from tests.support import (
+    admin_client,
+    create_namespace,
+    free_port,
+    https_get,
+    replicaset_manifest,
+    running_manager,
+    sample,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -25,20 +34,6 @@ async def client(control_plane: ControlPlane) -> AsyncIterator[RestClient]:
     client = admin_client(control_plane.kubeconfig)
     yield client
     await client.close()
-
-
-def replicaset(name: str) -> dict:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
-        },
-    }
 
 
 def buckets(text: str, histogram: str, labels: dict[str, str]) -> list[str]:
@@ -71,7 +66,7 @@ async def test_scenario_47_metrics_have_client_go_names_labels_and_buckets(
             assert status == 200
             adds_before = sample(before, "workqueue_adds_total", {"name": "replicaset"}) or 0.0
             for name in names:
-                await client.create(REPLICASETS, replicaset(name), namespace=namespace)
+                await client.create(REPLICASETS, replicaset_manifest(name, 0), namespace=namespace)
 
             async def scraped_after_work() -> str | None:
                 text = (await https_get(url, cert=cert))[1]

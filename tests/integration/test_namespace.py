@@ -23,7 +23,6 @@ from pykcm.discovery import GroupVersionResource, server_preferred_namespaced_re
 from pykcm.testenv.controlplane import ControlPlane
 from tests.support import (
     ControllerSpy,
-    admin_client,
     controller_of,
     create_namespace,
     ensure_crd,
@@ -48,13 +47,6 @@ OK_CONDITIONS = [
 
 
 # -- fixtures and helpers (the differential test reuses them) -------------------------------------
-
-
-@pytest.fixture
-async def client(control_plane: ControlPlane) -> AsyncIterator[RestClient]:
-    api = admin_client(control_plane.kubeconfig)
-    yield api
-    await api.close()
 
 
 @pytest.fixture

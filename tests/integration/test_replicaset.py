@@ -29,12 +29,20 @@ from pykcm.informers.store import object_key
 from pykcm.manager import Manager
 from pykcm.options import Options
 from pykcm.podutil import format_time
-from tests.support import ControllerSpy, admin_client, controller_of, create_namespace, running_manager, wait_for
+from tests.support import (
+    PAUSE_IMAGE,
+    ControllerSpy,
+    admin_client,
+    controller_of,
+    create_namespace,
+    replicaset_manifest,
+    running_manager,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
 RS_CONTROLLER = "replicaset-controller"
-IMAGE = "registry.k8s.io/pause:3.10"
 
 
 # -- fixtures and helpers ---------------------------------------------------------------------------
@@ -80,32 +88,13 @@ async def clean_namespace(api: RestClient, ns: str) -> None:
         await api.delete(NAMESPACES, ns)
 
 
-def rs_body(name: str, replicas: int, labels: dict[str, str] | None = None, **spec: Any) -> dict:
-    labels = labels or {"app": name}
-    template = spec.pop("template_metadata", {})
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name, **spec.pop("metadata", {})},
-        "spec": {
-            "replicas": replicas,
-            "selector": spec.pop("selector", {"matchLabels": labels}),
-            "template": {
-                "metadata": {"labels": labels, **template},
-                "spec": {"containers": [{"name": "c", "image": IMAGE}], "terminationGracePeriodSeconds": 30},
-            },
-            **spec,
-        },
-    }
-
-
 async def create_rs(api: RestClient, ns: str, name: str, replicas: int, **kw: Any) -> dict:
-    return await api.create(REPLICASETS, rs_body(name, replicas, **kw), namespace=ns)
+    return await api.create(REPLICASETS, replicaset_manifest(name, replicas, **kw), namespace=ns)
 
 
 async def create_pod(api: RestClient, ns: str, name: str, labels: dict[str, str], **meta: Any) -> dict:
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels, **meta},
-            "spec": {"containers": [{"name": "c", "image": IMAGE}]}}
+            "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]}}
     return await api.create(PODS, body, namespace=ns)
 
 

@@ -8,7 +8,6 @@ of the API server is observed by recording the calls its client makes (client na
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,7 +17,6 @@ from pykcm.client.resources import NAMESPACES, SERVICEACCOUNTS, Resource
 from pykcm.client.rest import RestClient
 from pykcm.testenv.controlplane import ControlPlane
 from tests.support import (
-    admin_client,
     controller_of,
     create_namespace,
     is_gone,
@@ -44,13 +42,6 @@ class Recorder:
 
     def sync_count(self, key: str) -> int:
         return self.synced.count(key)
-
-
-@pytest.fixture
-async def client(control_plane: ControlPlane) -> AsyncIterator[RestClient]:
-    api = admin_client(control_plane.kubeconfig)
-    yield api
-    await api.close()
 
 
 @pytest.fixture
