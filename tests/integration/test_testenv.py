@@ -12,7 +12,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from support import admin_client, create_namespace, wait_for
 
 from pykcm.client.errors import Gone, NotFound
 from pykcm.client.resources import LEASES, NAMESPACES, SERVICEACCOUNTS
@@ -20,6 +19,7 @@ from pykcm.client.rest import RestClient
 from pykcm.testenv import build
 from pykcm.testenv.build import KUBERNETES_VERSION, BuildError, ensure_binaries
 from pykcm.testenv.controlplane import STATE_FILE, ControlPlane, ControlPlaneError, running, start, stop
+from tests.support import admin_client, create_namespace, wait_for
 
 
 @pytest.fixture
