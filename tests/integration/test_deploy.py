@@ -148,8 +148,9 @@ def test_image_recipe_installs_the_wheel_and_runs_from_it_alone(tmp_path):
     env_dir = tmp_path / "image"
     venv.create(env_dir, system_site_packages=True, with_pip=False)
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "--no-deps", "-q",
-         str(wheel)],
+        # --ignore-installed: the environment sees the system site-packages, where pykcm may be installed.
+        [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "--no-deps",
+         "--ignore-installed", "-q", str(wheel)],
         check=True, timeout=300,
     )
     result = subprocess.run(
