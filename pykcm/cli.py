@@ -131,6 +131,9 @@ def run(
     if options.local:
         from pykcm.testenv.controlplane import running
 
+        if options.bind_address == _defaults.bind_address:
+            options.bind_address = "127.0.0.1"  # a developer's machine: serve on loopback like the control plane
+
         with running(log=lambda msg: print(msg, file=sys.stderr)) as plane:
             print(f"Local control plane is up. kubeconfig: {plane.kubeconfig}", flush=True)
             print(f"  kubectl --kubeconfig {plane.kubeconfig} get pods -A", flush=True)

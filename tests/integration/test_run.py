@@ -14,7 +14,7 @@ import pytest
 
 from pykcm.client.errors import NotFound
 from pykcm.client.resources import NAMESPACES, SERVICEACCOUNTS
-from tests.support import PykcmProcess, admin_client, create_namespace, wait_for
+from tests.support import PykcmProcess, admin_client, create_namespace, free_port, https_get, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,9 +53,14 @@ async def test_run_syncs_caches_works_and_stops_cleanly_on_sigterm(control_plane
 
 
 async def test_run_local_starts_its_own_control_plane_serves_and_stops(tmp_path):
-    proc = PykcmProcess("--local", "--controllers", "serviceaccount", log_path=tmp_path / "local.log")
+    port = free_port()
+    proc = PykcmProcess(
+        "--local", "--controllers", "serviceaccount", "--secure-port", str(port), log_path=tmp_path / "local.log"
+    )
     try:
         await proc.wait_for_log("Caches are synced", timeout=180)
+        assert await https_get(f"https://127.0.0.1:{port}/healthz") == (200, "ok")
+        assert _listening_addresses(port) == {"127.0.0.1"}  # --local serves on loopback only
         kubeconfig = Path(re.search(r"kubeconfig: (\S+)", proc.log()).group(1))
         state = json.loads((kubeconfig.parent / "testenv.json").read_text())
         pids = [p["pid"] for p in state["processes"].values()]
@@ -99,3 +104,14 @@ def _alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """IPv4 addresses with a listening TCP socket on `port`, from /proc/net/tcp."""
+    addresses = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        host, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:  # 0A = LISTEN
+            addresses.add(".".join(str(b) for b in reversed(bytes.fromhex(host))))
+    return addresses
