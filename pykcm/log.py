@@ -70,7 +70,8 @@ class KlogFormatter(logging.Formatter):
     _LETTER = {logging.DEBUG: "I", logging.INFO: "I", logging.WARNING: "W", logging.ERROR: "E", logging.CRITICAL: "F"}
 
     def format(self, record: logging.LogRecord) -> str:
-        ts = time.strftime("%m%d %H:%M:%S", time.localtime(record.created)) + f".{int(record.msecs * 1000):06d}"
+        micros = int(record.created % 1 * 1_000_000)  # LogRecord.msecs has whole milliseconds only
+        ts = time.strftime("%m%d %H:%M:%S", time.localtime(record.created)) + f".{micros:06d}"
         name = record.name.removeprefix("pykcm.")
         kv = getattr(record, "kv", {})
         pairs = "".join(f" {k}={_render(v)}" for k, v in kv.items())
