@@ -91,6 +91,17 @@ def condition(namespace: dict[str, Any] | None, ctype: str) -> tuple[str, str, s
     return next(((s, r, m) for t, s, r, m in conditions(namespace) if t == ctype), None)
 
 
+async def wait_condition_true(client: RestClient, name: str, ctype: str, timeout: float = 20) -> dict[str, Any]:
+    """Poll until the namespace reports condition `ctype` with status True; return the namespace."""
+
+    async def reported() -> dict[str, Any] | None:
+        current = await get_namespace(client, name)
+        found = condition(current, ctype)
+        return current if found and found[0] == "True" else None
+
+    return await wait_for(reported, timeout, 0.2, f"{ctype}=True")
+
+
 async def poke(client: RestClient, name: str) -> None:
     """Touch a namespace so its controllers hear an update (and re-check it soon)."""
     with contextlib.suppress(NotFound):
@@ -211,13 +222,7 @@ async def test_scenario_29_stuck_finalizer_keeps_namespace_terminating(
     await client.create(CONFIGMAPS, named("cm"), namespace=ns)
     async with namespace_controller(control_plane) as (_, spy):
         await client.delete(NAMESPACES, ns)
-
-        async def finalizers_reported() -> dict[str, Any] | None:
-            current = await get_namespace(client, ns)
-            status = condition(current, "NamespaceFinalizersRemaining")
-            return current if status and status[0] == "True" else None
-
-        stuck = await wait_for(finalizers_reported, 20, 0.2, "NamespaceFinalizersRemaining=True")
+        stuck = await wait_condition_true(client, ns, "NamespaceFinalizersRemaining")
         assert condition(stuck, "NamespaceFinalizersRemaining") == (
             "True", "SomeFinalizersRemain",
             f"Some content in the namespace has finalizers remaining: {HOLD} in 1 resource instances",
@@ -282,13 +287,7 @@ async def test_scenario_30_unavailable_apiservice_blocks_only_finalization(
     await client.create(CONFIGMAPS, named("cm"), namespace=ns)
     async with unavailable_apiservice(client) as apiservice, namespace_controller(control_plane) as (_, spy):
         await client.delete(NAMESPACES, ns)
-
-        async def discovery_failure_reported() -> dict[str, Any] | None:
-            current = await get_namespace(client, ns)
-            found = condition(current, "NamespaceDeletionDiscoveryFailure")
-            return current if found and found[0] == "True" else None
-
-        stuck = await wait_for(discovery_failure_reported, 20, 0.2, "NamespaceDeletionDiscoveryFailure=True")
+        stuck = await wait_condition_true(client, ns, "NamespaceDeletionDiscoveryFailure")
         gv = f"{UNAVAILABLE_GROUP}/v1"
         assert condition(stuck, "NamespaceDeletionDiscoveryFailure") == (
             "True", "DiscoveryFailed",
