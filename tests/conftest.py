@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pykcm.client.rest import RestClient
+from pykcm.log import KlogFormatter
 from pykcm.testenv.controlplane import ControlPlane, running
 from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials
 from tests.support import admin_client
@@ -22,6 +23,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if INTEGRATION_DIR in item.path.parents:
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Captured logs in failure reports as klog lines, so they carry the key/values (err, key)
+    that pytest's default format drops."""
+    plugin = config.pluginmanager.getplugin("logging-plugin")
+    if plugin is not None:
+        plugin.report_handler.setFormatter(KlogFormatter())
 
 
 def _terminal_log(config: pytest.Config) -> Callable[[str], None]:
