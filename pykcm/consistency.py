@@ -4,13 +4,12 @@ KCM 1.36's `pkg/controller/util/consistency` (feature gates StaleControllerConsi
 and on by default). A controller records the resourceVersion of each write it makes for an
 owner (the owner's status update, the pods it created or patched). A later sync of that owner
 first checks that every informer involved has progressed to at least that resourceVersion;
-if not, the sync is skipped with `StaleCacheError` and retried with backoff. Once the caches
-caught up the record is dropped.
+if not, the sync is skipped with `StaleCacheError` and retried. Once the caches caught up the
+record is dropped.
 
-"Progressed" is read from `ObservedResourceVersion`, fed by the controller's event handlers
-with every object they see: handlers run after the cache is updated, so it never runs ahead
-of the cache. It cannot see list or bookmark resourceVersions, which client-go's store also
-counts; the only effect is a longer wait when nothing else changes in that resource.
+"Progressed" is the informer's `last_sync_resource_version()`: moved by list, event and bookmark
+resourceVersions once the cache and every handler have applied them, so it never runs ahead of
+the cache.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pykcm.client.resources import Resource
-from pykcm.informers.store import DeletedFinalStateUnknown, Obj, unwrap_tombstone
 
 
 class StaleCacheError(Exception):
@@ -38,21 +36,6 @@ def compare_resource_versions(a: str, b: str) -> int | None:
         return None
     x, y = int(a), int(b)
     return (x > y) - (x < y)
-
-
-class ObservedResourceVersion:
-    """The newest resourceVersion of one resource that the cache has delivered to handlers."""
-
-    def __init__(self) -> None:
-        self._rv = 0
-
-    def observe(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        rv = (unwrap_tombstone(obj).get("metadata") or {}).get("resourceVersion", "")
-        if rv.isdigit() and int(rv) > self._rv:
-            self._rv = int(rv)
-
-    def __call__(self) -> str:
-        return str(self._rv) if self._rv else ""
 
 
 @dataclass

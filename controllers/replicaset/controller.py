@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from pykcm.client.errors import NAMESPACE_TERMINATING_CAUSE, ApiError, NotFound
 from pykcm.client.resources import PODS, REPLICASETS
-from pykcm.consistency import ConsistencyStore, ObservedResourceVersion, StaleCacheError
-from pykcm.controller import Controller, ControllerContext
+from pykcm.consistency import ConsistencyStore, StaleCacheError
+from pykcm.controller import Controller, ControllerContext, RequeueAfter
 from pykcm.controllerref import (
     POD_CONTROLLER_INDEX,
     PodControllerRefManager,
@@ -43,6 +43,11 @@ from .status import calculate_status, min_ready_seconds, spec_replicas, update_s
 KIND = "ReplicaSet"
 API_VERSION = "apps/v1"
 BURST_REPLICAS = 500  # most pods created or deleted by one sync
+# A stale-cache skip looks again after this fixed delay instead of through the rate limiter, as
+# KCM does: every skipped sync would raise the per-item backoff, and a burst of pod events makes
+# dozens of them, so a later quiet spell (an apiserver restart) left the key waiting minutes.
+# The event that brings the cache up to date enqueues the ReplicaSet anyway; this is the backstop.
+STALE_CACHE_RETRY = 1.0
 CONTROLLER_UID_INDEX = "controllerUID"
 
 
@@ -70,8 +75,9 @@ class ReplicaSetController(Controller):
         self.replica_sets = self.informers.informer(REPLICASETS, indexers={CONTROLLER_UID_INDEX: controller_uid_index})
         self.pods = self.informers.informer(PODS, indexers={POD_CONTROLLER_INDEX: pod_controller_index})
         self.expectations = ControllerExpectations()
-        self.rs_seen, self.pods_seen = ObservedResourceVersion(), ObservedResourceVersion()
-        self.consistency = ConsistencyStore({REPLICASETS: self.rs_seen, PODS: self.pods_seen})
+        self.consistency = ConsistencyStore(
+            {REPLICASETS: self.replica_sets.last_sync_resource_version, PODS: self.pods.last_sync_resource_version}
+        )
         self.pod_control = PodControl(self.client, self.events, on_write=self.pod_written)
         self.replica_sets.add_event_handler(on_add=self.rs_added, on_update=self.rs_updated, on_delete=self.rs_deleted)
         self.pods.add_event_handler(on_add=self.pod_added, on_update=self.pod_updated, on_delete=self.pod_deleted)
@@ -128,12 +134,10 @@ class ReplicaSetController(Controller):
     # -- ReplicaSet events ----------------------------------------------------------------------------
 
     def rs_added(self, rs: Obj) -> None:
-        self.rs_seen.observe(rs)
         self.log.v(4).info("Adding", replicaSet=object_key(rs))
         self.enqueue(rs)
 
     def rs_updated(self, old: Obj, cur: Obj) -> None:
-        self.rs_seen.observe(cur)
         if old["metadata"].get("uid") != cur["metadata"].get("uid"):
             # Deleted and recreated under the same name between two events: the old one's
             # expectations must not block the new one.
@@ -147,7 +151,6 @@ class ReplicaSetController(Controller):
         self.enqueue(cur)
 
     def rs_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        self.rs_seen.observe(obj)
         rs = unwrap_tombstone(obj)
         key = object_key(rs)
         self.log.v(4).info("Deleting", replicaSet=key)
@@ -158,7 +161,6 @@ class ReplicaSetController(Controller):
     # -- Pod events -----------------------------------------------------------------------------------
 
     def pod_added(self, pod: Obj) -> None:
-        self.pods_seen.observe(pod)
         if pod["metadata"].get("deletionTimestamp") is not None:
             # Seen for the first time already terminating (e.g. after a restart): not a creation.
             self.pod_deleted(pod)
@@ -178,7 +180,6 @@ class ReplicaSetController(Controller):
             self.enqueue(rs)
 
     def pod_updated(self, old: Obj, cur: Obj) -> None:
-        self.pods_seen.observe(cur)
         if old["metadata"].get("resourceVersion") == cur["metadata"].get("resourceVersion"):
             return  # a resync replay; nothing changed
         labels_changed = labels_of(old) != labels_of(cur)
@@ -211,7 +212,6 @@ class ReplicaSetController(Controller):
                 self.enqueue(rs)
 
     def pod_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
-        self.pods_seen.observe(obj)
         pod = unwrap_tombstone(obj)
         ref = get_controller_of(pod)
         if ref is None:
@@ -243,7 +243,8 @@ class ReplicaSetController(Controller):
             self.consistency.ensure_ready(key)
         except StaleCacheError as err:
             stale_sync_skips.labels(err.resource.group, err.resource.plural).inc()
-            raise
+            self.log.v(4).info("Skipping sync, cache is stale", replicaSet=key, err=str(err))
+            raise RequeueAfter(STALE_CACHE_RETRY) from err
         rs = self.replica_sets.indexer.get(key)
         if rs is None:
             self.log.v(4).info("ReplicaSet deleted", key=key)

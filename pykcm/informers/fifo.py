@@ -17,20 +17,22 @@ class DeltaType(enum.Enum):
     UPDATED = "Updated"
     DELETED = "Deleted"
     REPLACED = "Replaced"  # payload: list of objects from a full LIST
+    BOOKMARK = "Bookmark"  # payload: None; only moves the cache's resourceVersion forward
 
 
 @dataclass(slots=True)
 class Delta:
     type: DeltaType
     payload: Any
+    resource_version: str = ""  # where the cache stands once this delta is applied
 
 
 class DeltaFIFO:
     def __init__(self) -> None:
         self._queue: asyncio.Queue[Delta] = asyncio.Queue()
 
-    def push(self, type_: DeltaType, payload: Any) -> None:
-        self._queue.put_nowait(Delta(type_, payload))
+    def push(self, type_: DeltaType, payload: Any, resource_version: str = "") -> None:
+        self._queue.put_nowait(Delta(type_, payload, resource_version))
 
     async def pop(self) -> Delta:
         return await self._queue.get()

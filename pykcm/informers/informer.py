@@ -51,6 +51,9 @@ class SharedInformer:
         self._synced = asyncio.Event()
         self._resync_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        # The resourceVersion the cache (and every handler) has caught up to: client-go's
+        # LastSyncResourceVersion of the store, moved by lists, events and bookmarks alike.
+        self._synced_resource_version = ""
 
     # -- configuration --------------------------------------------------------------------------------
 
@@ -87,6 +90,9 @@ class SharedInformer:
     async def wait_synced(self) -> None:
         await self._synced.wait()
 
+    def last_sync_resource_version(self) -> str:
+        return self._synced_resource_version
+
     @property
     def started(self) -> bool:
         return bool(self._tasks)
@@ -120,6 +126,13 @@ class SharedInformer:
             metrics.informer_objects.labels(self.resource.name).set(len(self.indexer))
 
     def _apply(self, delta: Delta) -> None:
+        self._apply_to_cache(delta)
+        if delta.resource_version:
+            self._synced_resource_version = delta.resource_version
+
+    def _apply_to_cache(self, delta: Delta) -> None:
+        if delta.type is DeltaType.BOOKMARK:
+            return
         if delta.type is DeltaType.REPLACED:
             self._replace(delta.payload)
             return

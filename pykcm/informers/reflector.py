@@ -88,7 +88,7 @@ class Reflector:
         # served from the watch cache too since 1.31, and cannot fail with 410 for an old version.
         items, list_rv = await self._paged_list(self.resource.path())
         metrics.informer_relists.labels(self.label).inc()
-        self.fifo.push(DeltaType.REPLACED, [self.transform(obj) for obj in items])
+        self.fifo.push(DeltaType.REPLACED, [self.transform(obj) for obj in items], list_rv)
         self._set_resource_version(list_rv)
         log.v(2).info("Listed", resource=self.label, items=len(items), resourceVersion=list_rv)
 
@@ -136,14 +136,15 @@ class Reflector:
                 raise error_from_status(int(obj.get("code") or 500), obj)
             rv = obj.get("metadata", {}).get("resourceVersion", "")
             if kind == "BOOKMARK":
+                self.fifo.push(DeltaType.BOOKMARK, None, rv)
                 self._set_resource_version(rv)
                 continue
             if kind == "ADDED":
-                self.fifo.push(DeltaType.ADDED, self.transform(obj))
+                self.fifo.push(DeltaType.ADDED, self.transform(obj), rv)
             elif kind == "MODIFIED":
-                self.fifo.push(DeltaType.UPDATED, self.transform(obj))
+                self.fifo.push(DeltaType.UPDATED, self.transform(obj), rv)
             elif kind == "DELETED":
-                self.fifo.push(DeltaType.DELETED, self.transform(obj))
+                self.fifo.push(DeltaType.DELETED, self.transform(obj), rv)
             else:
                 log.error(None, "Unexpected watch event", resource=self.label, type=kind)
                 continue

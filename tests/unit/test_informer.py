@@ -47,6 +47,20 @@ def test_watch_deltas_reach_cache_and_handlers_in_order():
     assert informer.indexer.get("ns/a")["metadata"]["resourceVersion"] == "3"
 
 
+def test_last_sync_resource_version_moves_with_lists_events_and_bookmarks_after_handlers_ran():
+    seen_by_handler: list[str] = []
+    informer = SharedInformer(client=None, resource=CONFIGMAPS)  # type: ignore[arg-type]
+    informer.add_event_handler(on_add=lambda o: seen_by_handler.append(informer.last_sync_resource_version()))
+    assert informer.last_sync_resource_version() == ""
+    informer._apply(Delta(DeltaType.REPLACED, [cm("a", "3")], "10"))
+    assert informer.last_sync_resource_version() == "10"  # the list's version, not the newest item's
+    informer._apply(Delta(DeltaType.BOOKMARK, None, "25"))
+    assert informer.last_sync_resource_version() == "25" and len(informer.indexer) == 1
+    informer._apply(Delta(DeltaType.ADDED, cm("b", "26"), "26"))
+    assert informer.last_sync_resource_version() == "26"
+    assert seen_by_handler == ["", "25"]  # a handler never sees the version of what it is handling
+
+
 def test_relist_delivers_tombstones_with_last_known_state_and_skips_unchanged():
     rec = Recorder()
     informer = informer_with(rec)

@@ -82,9 +82,12 @@ async def test_watch_resumes_from_list_rv_with_bookmarks_and_strips_managed_fiel
     )
     fifo = DeltaFIFO()
     reflector = Reflector(client, CONFIGMAPS, fifo)
-    replaced, added = await run_until(reflector, fifo, 2)
+    replaced, bookmark, added = await run_until(reflector, fifo, 3)
     assert "managedFields" not in replaced.payload[0]["metadata"]
     assert added.type is DeltaType.ADDED and "managedFields" not in added.payload["metadata"]
+    # Each delta says where the cache stands once applied, bookmarks included.
+    assert [replaced.resource_version, bookmark.resource_version, added.resource_version] == ["10", "15", "16"]
+    assert bookmark.type is DeltaType.BOOKMARK
     params = client.watch_params[0]
     assert params["resourceVersion"] == "10" and params["allowWatchBookmarks"] == "true"
     assert 300 <= params["timeoutSeconds"] < 600

@@ -15,7 +15,7 @@ from controllers.replicaset.scaling import (
 )
 from controllers.replicaset.status import calculate_status, status_unchanged
 from pykcm.client.resources import PODS, REPLICASETS
-from pykcm.consistency import ConsistencyStore, ObservedResourceVersion, StaleCacheError
+from pykcm.consistency import ConsistencyStore, StaleCacheError
 from pykcm.controllerref import adopt_patch, get_controller_of, pod_controller_index, release_patch
 from pykcm.expectations import EXPECTATIONS_TIMEOUT, ControllerExpectations
 from pykcm.podcontrol import pod_from_template, pod_name_prefix
@@ -433,15 +433,13 @@ def test_scenario_23_pod_from_template_copies_metadata() -> None:
 
 
 def test_consistency_store_waits_for_informers_to_see_our_writes() -> None:
-    rs_seen, pods_seen = ObservedResourceVersion(), ObservedResourceVersion()
-    store = ConsistencyStore({REPLICASETS: rs_seen, PODS: pods_seen})
-    rs_seen.observe({"metadata": {"resourceVersion": "10"}})
-    pods_seen.observe({"metadata": {"resourceVersion": "12"}})
+    cache_at = {REPLICASETS: "10", PODS: "12"}
+    store = ConsistencyStore({REPLICASETS: lambda: cache_at[REPLICASETS], PODS: lambda: cache_at[PODS]})
     store.wrote_at("ns/web", "u1", REPLICASETS, "15")
     store.wrote_at("ns/web", "u1", PODS, "11")
     with pytest.raises(StaleCacheError, match=r"replicasets\.apps"):
         store.ensure_ready("ns/web")
-    rs_seen.observe({"metadata": {"resourceVersion": "15"}})
+    cache_at[REPLICASETS] = "15"
     store.ensure_ready("ns/web")
     assert len(store) == 0  # caught up: record dropped
     store.wrote_at("ns/web", "u1", REPLICASETS, "99")

@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 
 from controllers.replicaset import ReplicaSetController
+from controllers.replicaset.controller import STALE_CACHE_RETRY
 from controllers.replicaset.metrics import stale_sync_skips
 from pykcm.client.errors import Conflict, Forbidden, Invalid, NotFound, error_from_status
 from pykcm.client.resources import PODS, Resource
 from pykcm.consistency import StaleCacheError
-from pykcm.controller import ControllerContext
+from pykcm.controller import ControllerContext, RequeueAfter
 from pykcm.informers.factory import SharedInformerFactory
+from pykcm.informers.fifo import Delta, DeltaType
 from pykcm.informers.store import DeletedFinalStateUnknown
 from pykcm.options import Options
 from pykcm.podutil import format_time
@@ -171,17 +173,14 @@ class Harness:
         for (plural, _, _), obj in list(self.api.objects.items()):
             if plural == "pods" and self.ctrl.pods.indexer.get_by(NS, obj["metadata"]["name"]) is None:
                 pod = copy.deepcopy(obj)
-                self.ctrl.pods.indexer.upsert(pod)
-                self.ctrl.pod_added(pod)
+                self.ctrl.pods._apply(Delta(DeltaType.ADDED, pod, pod["metadata"]["resourceVersion"]))
                 n += 1
         return n
 
     def refresh_rs(self, name: str = "web") -> dict:
         """Play the watch for the ReplicaSet: cache = what the API has now."""
         rs = copy.deepcopy(self.api.objects[("replicasets", NS, name)])
-        old = self.ctrl.replica_sets.indexer.upsert(rs)
-        if old is not None:
-            self.ctrl.rs_updated(old, rs)
+        self.ctrl.replica_sets._apply(Delta(DeltaType.UPDATED, rs, rs["metadata"]["resourceVersion"]))
         return rs
 
     async def sync(self, name: str = "web") -> None:
@@ -601,10 +600,11 @@ async def test_delete_not_found_is_not_an_error(h: Harness) -> None:
 
 async def test_stale_rs_cache_skips_sync(h: Harness) -> None:
     h.add_rs(make_rs(replicas=0))
-    h.ctrl.rs_seen.observe(h.ctrl.replica_sets.indexer.get("ns/web"))
+    rv = h.ctrl.replica_sets.indexer.get("ns/web")["metadata"]["resourceVersion"]
+    h.ctrl.replica_sets._apply(Delta(DeltaType.BOOKMARK, None, rv))
     before = stale_sync_skips.labels("apps", "replicasets")._value.get()
     await h.sync()  # writes status at a newer resourceVersion than the cache has seen
-    with pytest.raises(StaleCacheError):
+    with pytest.raises(RequeueAfter):
         await h.sync()
     assert stale_sync_skips.labels("apps", "replicasets")._value.get() == before + 1
     h.refresh_rs()  # the watch delivers our write
@@ -627,12 +627,14 @@ async def test_orphan_update_enqueues_matching_rs_only_on_label_change(h: Harnes
 
 async def test_stale_pod_cache_skips_sync_until_created_pods_seen(h: Harness) -> None:
     h.add_rs(make_rs(replicas=2))
-    h.ctrl.pods_seen.observe(make_pod("elsewhere"))  # the pod cache has delivered something
+    h.ctrl.pods._apply(Delta(DeltaType.BOOKMARK, None, "1"))  # the pod cache has seen something
     await h.sync()
     assert len(h.api.verbs("create")) == 2
     h.refresh_rs()
-    with pytest.raises(StaleCacheError, match="pods"):
+    with pytest.raises(RequeueAfter) as skipped:
         await h.sync()  # our creates are newer than anything the pod cache has delivered
+    assert isinstance(skipped.value.__cause__, StaleCacheError) and "pods" in str(skipped.value.__cause__)
+    assert skipped.value.seconds == STALE_CACHE_RETRY  # a fixed look-again, not the error backoff
     h.deliver_created()
     await h.sync()
     assert len(h.api.verbs("create")) == 2
