@@ -43,9 +43,9 @@ from .status import calculate_status, min_ready_seconds, spec_replicas, update_s
 KIND = "ReplicaSet"
 API_VERSION = "apps/v1"
 BURST_REPLICAS = 500  # most pods created or deleted by one sync
-# A stale-cache skip looks again after this fixed delay instead of through the rate limiter, as
-# KCM does: every skipped sync would raise the per-item backoff, and a burst of pod events makes
-# dozens of them, so a later quiet spell (an apiserver restart) left the key waiting minutes.
+# A stale-cache skip looks again after this fixed delay. KCM sends it through the rate limiter,
+# but then every skip raises the per-item backoff, a burst of pod events makes dozens of skips,
+# and a quiet spell right after (an apiserver restart) leaves the key waiting for minutes.
 # The event that brings the cache up to date enqueues the ReplicaSet anyway; this is the backstop.
 STALE_CACHE_RETRY = 1.0
 CONTROLLER_UID_INDEX = "controllerUID"
