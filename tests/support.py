@@ -18,14 +18,14 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from pykcm.app.manager import Manager
+from pykcm.app.options import Options, resolve_controllers
 from pykcm.client.config import load_config
+from pykcm.client.discovery import server_preferred_resources
 from pykcm.client.errors import AlreadyExists, NotFound
 from pykcm.client.resources import CUSTOMRESOURCEDEFINITIONS, NAMESPACES, SERVICEACCOUNTS, Resource
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, RequeueAfter, discover_controllers
-from pykcm.discovery import server_preferred_resources
-from pykcm.manager import Manager
-from pykcm.options import Options, resolve_controllers
 
 T = TypeVar("T")
 
@@ -101,7 +101,7 @@ async def running_manager(kubeconfig: Path | str, controllers: str = "*", **opti
         options["use_service_account_credentials"] = bool(os.environ.get(SA_CREDENTIALS_ENV))
     opts = Options(kubeconfig=str(kubeconfig), controllers=controllers.split(","), **options)
     registry = discover_controllers()
-    enabled = resolve_controllers(opts.controllers, [c.info() for c in registry.values()])
+    enabled = resolve_controllers(opts.controllers, registry.values())
     manager = Manager(opts, load_config(str(kubeconfig)), [registry[n] for n in enabled])
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run(stop))
@@ -131,7 +131,7 @@ class PykcmProcess:
         out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in wait()
         self._out = out
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pykcm.cli", "run", *self.ISOLATION_ARGS, *args],
+            [sys.executable, "-m", "pykcm.app.cli", "run", *self.ISOLATION_ARGS, *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

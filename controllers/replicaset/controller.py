@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 from pykcm.client.errors import NAMESPACE_TERMINATING_CAUSE, ApiError, NotFound
 from pykcm.client.resources import PODS, REPLICASETS
-from pykcm.consistency import ConsistencyStore, StaleCacheError
 from pykcm.controller import Controller, ControllerContext, RequeueAfter
-from pykcm.controllerref import (
+from pykcm.controller.consistency import ConsistencyStore, StaleCacheError
+from pykcm.controller.controllerref import (
     POD_CONTROLLER_INDEX,
     PodControllerRefManager,
     filter_claimed_pods,
@@ -30,11 +30,17 @@ from pykcm.controllerref import (
     pod_controller_index,
     pods_by_owner,
 )
-from pykcm.expectations import ControllerExpectations
+from pykcm.controller.expectations import ControllerExpectations
+from pykcm.controller.podcontrol import PodControl
+from pykcm.controller.podutil import (
+    is_pod_active,
+    is_pod_ready,
+    is_pod_terminating,
+    min_next_availability_check,
+    pod_key,
+)
+from pykcm.controller.selectors import Selector, SelectorError, selector_from_label_selector
 from pykcm.informers.store import DeletedFinalStateUnknown, Obj, object_key, unwrap_tombstone
-from pykcm.podcontrol import PodControl
-from pykcm.podutil import is_pod_active, is_pod_ready, is_pod_terminating, min_next_availability_check, pod_key
-from pykcm.selectors import Selector, SelectorError, selector_from_label_selector
 
 from .metrics import stale_sync_skips
 from .scaling import pods_to_delete, slow_start_batch

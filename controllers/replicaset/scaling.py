@@ -12,8 +12,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
+from pykcm.controller.podutil import is_pod_active, is_pod_ready, sort_for_deletion
 from pykcm.informers.store import Obj
-from pykcm.podutil import is_pod_active, is_pod_ready, parse_time, sort_for_deletion
+from pykcm.util.apitime import parse_time
 
 from .metrics import sorting_deletion_age_ratio
 

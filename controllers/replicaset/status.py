@@ -17,10 +17,11 @@ from typing import Any
 
 from pykcm.client.resources import REPLICASETS
 from pykcm.client.rest import RestClient
+from pykcm.controller.podutil import is_pod_available, is_pod_ready
+from pykcm.controller.selectors import selector_from_set
 from pykcm.informers.store import Obj
-from pykcm.log import Logger
-from pykcm.podutil import format_time, is_pod_available, is_pod_ready
-from pykcm.selectors import selector_from_set
+from pykcm.util.apitime import format_time
+from pykcm.util.log import Logger
 
 REPLICA_FAILURE = "ReplicaFailure"
 STATUS_UPDATE_RETRIES = 1

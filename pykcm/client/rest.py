@@ -11,11 +11,12 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from pykcm import __version__, metrics
+from pykcm import __version__
+from pykcm.client import metrics
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import TooManyRequests, TransportError, error_from_status
 from pykcm.client.resources import Resource
-from pykcm.flowcontrol import TokenBucket
+from pykcm.util.flowcontrol import TokenBucket
 
 JSON = "application/json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -61,8 +62,9 @@ class RestClient:
         agent = config.user_agent or f"pykcm/{__version__}"
         self.user_agent = f"{agent}/{name}" if name else agent
 
-    def for_controller(self, name: str, qps: float | None = None, burst: int | None = None) -> RestClient:
-        """A client for one controller, as KCM's client builder gives each controller its own."""
+    def named(self, name: str, qps: float | None = None, burst: int | None = None) -> RestClient:
+        """A client of its own for one user of the API (a controller, the shared informers, leader
+        election, delegated auth): its own user agent suffix and rate limit, this connection pool."""
         config = self.config.with_limits(qps or self.config.qps, burst or self.config.burst)
         return RestClient(config, name, self._transport)
 

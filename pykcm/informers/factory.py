@@ -9,7 +9,7 @@ from pykcm.client.resources import Resource
 from pykcm.client.rest import RestClient
 from pykcm.informers.informer import SharedInformer
 from pykcm.informers.store import IndexFunc
-from pykcm.log import get_logger
+from pykcm.util.log import get_logger
 
 log = get_logger("informers")
 

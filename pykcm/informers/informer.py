@@ -8,13 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pykcm import metrics
 from pykcm.client.resources import Resource
 from pykcm.client.rest import RestClient
-from pykcm.informers.fifo import Delta, DeltaFIFO, DeltaType
+from pykcm.informers import metrics
+from pykcm.informers.delta_queue import Delta, DeltaQueue, DeltaType
 from pykcm.informers.reflector import Reflector
 from pykcm.informers.store import DeletedFinalStateUnknown, Indexer, IndexFunc, Obj, object_key
-from pykcm.log import get_logger
+from pykcm.util.log import get_logger
 
 log = get_logger("informer")
 
@@ -45,8 +45,8 @@ class SharedInformer:
         self.resource = resource
         self.default_resync = default_resync
         self.indexer = Indexer()
-        self._fifo = DeltaFIFO()
-        self.reflector = Reflector(client, resource, self._fifo)
+        self._deltas = DeltaQueue()
+        self.reflector = Reflector(client, resource, self._deltas)
         self._handlers: list[Registration] = []
         self._synced = asyncio.Event()
         self._resync_wakeup = asyncio.Event()
@@ -118,7 +118,7 @@ class SharedInformer:
 
     async def _process(self) -> None:
         while True:
-            delta = await self._fifo.pop()
+            delta = await self._deltas.pop()
             try:
                 self._apply(delta)
             except Exception as err:  # a broken handler must not stop the informer

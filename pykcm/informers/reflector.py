@@ -1,4 +1,4 @@
-"""List, then watch; keep a DeltaFIFO fed with every change, relisting when history is gone.
+"""List, then watch; keep a DeltaQueue fed with every change, relisting when history is gone.
 
 Follows client-go's tools/cache/reflector.go: LIST is paginated (limit 500); WATCH resumes
 from the last seen resourceVersion with bookmarks and a randomised server timeout; 410 Gone
@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pykcm import metrics
-from pykcm.backoff import Backoff
 from pykcm.client.errors import ApiError, Gone, TooManyRequests, TransportError, error_from_status
 from pykcm.client.resources import Resource
 from pykcm.client.rest import RestClient
-from pykcm.informers.fifo import DeltaFIFO, DeltaType
-from pykcm.log import get_logger
+from pykcm.informers import metrics
+from pykcm.informers.delta_queue import DeltaQueue, DeltaType
+from pykcm.util.backoff import Backoff
+from pykcm.util.log import get_logger
 
 PAGE_SIZE = 500
 WATCH_TIMEOUT_RANGE = (300, 600)  # seconds; spread so watches don't all reconnect together
@@ -44,13 +44,13 @@ class Reflector:
         self,
         client: RestClient,
         resource: Resource,
-        fifo: DeltaFIFO,
+        deltas: DeltaQueue,
         transform: Transform = strip_managed_fields,
         params: dict[str, str] | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
-        self.fifo = fifo
+        self.deltas = deltas
         self.transform = transform
         self.params = params or {}  # labelSelector / fieldSelector
         self.last_resource_version = ""
@@ -88,7 +88,7 @@ class Reflector:
         # served from the watch cache too since 1.31, and cannot fail with 410 for an old version.
         items, list_rv = await self._paged_list(self.resource.path())
         metrics.informer_relists.labels(self.label).inc()
-        self.fifo.push(DeltaType.REPLACED, [self.transform(obj) for obj in items], list_rv)
+        self.deltas.push(DeltaType.REPLACED, [self.transform(obj) for obj in items], list_rv)
         self._set_resource_version(list_rv)
         log.v(2).info("Listed", resource=self.label, items=len(items), resourceVersion=list_rv)
 
@@ -136,15 +136,15 @@ class Reflector:
                 raise error_from_status(int(obj.get("code") or 500), obj)
             rv = obj.get("metadata", {}).get("resourceVersion", "")
             if kind == "BOOKMARK":
-                self.fifo.push(DeltaType.BOOKMARK, None, rv)
+                self.deltas.push(DeltaType.BOOKMARK, None, rv)
                 self._set_resource_version(rv)
                 continue
             if kind == "ADDED":
-                self.fifo.push(DeltaType.ADDED, self.transform(obj), rv)
+                self.deltas.push(DeltaType.ADDED, self.transform(obj), rv)
             elif kind == "MODIFIED":
-                self.fifo.push(DeltaType.UPDATED, self.transform(obj), rv)
+                self.deltas.push(DeltaType.UPDATED, self.transform(obj), rv)
             elif kind == "DELETED":
-                self.fifo.push(DeltaType.DELETED, self.transform(obj), rv)
+                self.deltas.push(DeltaType.DELETED, self.transform(obj), rv)
             else:
                 log.error(None, "Unexpected watch event", resource=self.label, type=kind)
                 continue

@@ -1,8 +1,10 @@
 """The real local control plane (etcd, kube-apiserver, optionally kube-controller-manager) for
 tests and `pykcm run --local`."""
 
-from .build import Binaries, BuildError, ControlPlaneError, ensure_binaries
-from .controlplane import ControlPlane, ManagedProcess, running, start, stop
+from .build import Binaries, ensure_binaries
+from .controlplane import ControlPlane, running, start, stop
+from .errors import BuildError, ControlPlaneError
+from .processes import ManagedProcess
 
 __all__ = [
     "Binaries",

@@ -15,9 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gobuild import BuildError, ControlPlaneError, cache_dir, find_go, format_duration, is_executable, locked, run_go
-
-__all__ = ["BuildError", "ControlPlaneError"]
+from .errors import BuildError
+from .gobuild import cache_dir, find_go, format_duration, is_executable, locked, run_go
 
 KUBERNETES_VERSION = "v1.36.3"
 GOMOD_DIR = Path(__file__).parent / "gomod"

@@ -10,219 +10,44 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import shutil
-import signal
-import socket
 import ssl
-import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
-from .build import KUBERNETES_VERSION, Binaries, ControlPlaneError, ensure_binaries
-from .certs import FRONT_PROXY_CN, Pki, ensure_pki
+from .build import KUBERNETES_VERSION, Binaries, ensure_binaries
+from .certs import FRONT_PROXY_CN, Pki, ensure_pki, kubeconfig
+from .errors import ControlPlaneError
+from .processes import (
+    LOOPBACK,
+    STOP_TIMEOUT,
+    ManagedProcess,
+    free_port,
+    http_get,
+    retry_on_port_clash,
+    spawn,
+    stop_all,
+    unverified_context,
+    wait_ready,
+    write_private_file,
+)
 
 STATE_FILE = "testenv.json"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
-LOOPBACK = "127.0.0.1"
 ETCD, APISERVER, KCM = "etcd", "kube-apiserver", "kube-controller-manager"
 ETCD_READY_TIMEOUT = 30.0
 APISERVER_READY_TIMEOUT = 60.0
 KCM_READY_TIMEOUT = 60.0
-STOP_TIMEOUT = 15.0
-_PORT_ATTEMPTS = 3
-_LOG_MARKER = "===== pykcm testenv: starting "
 
 Log = Callable[[str], None]
-_T = TypeVar("_T")
-
-
-class _PortInUse(ControlPlaneError):
-    """A freshly picked free port was taken by someone else before the process bound it."""
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) of a PID, or None if there is no such process."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name (field 2) may contain spaces and parentheses; fields after it are plain.
-    rest = raw[raw.rindex(")") + 2 :].split()
-    return rest[0], int(rest[19])
-
-
-@dataclass
-class ManagedProcess:
-    """One process this testenv started; works from any process that reads the state file."""
-
-    name: str
-    pid: int
-    start_time: int
-    log_path: Path
-    port: int | None = None
-    _popen: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
-
-    def alive(self) -> bool:
-        if self._popen is not None:
-            return self._popen.poll() is None
-        stat = _proc_stat(self.pid)
-        if stat is None or stat[1] != self.start_time:
-            return False
-        # A zombie is dead, but if it is our child it must be reaped, and a multi-threaded
-        # process is only reapable once all its threads are gone.
-        return stat[0] != "Z" or not self._reaped()
-
-    def _reaped(self) -> bool:
-        try:
-            pid, _ = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:  # not our child: its parent (or init) reaps it
-            return True
-        return pid != 0
-
-    def send_signal(self, sig: int) -> None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the process to exit; False if it is still running after `timeout` seconds."""
-        if self._popen is not None:
-            try:
-                self._popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                return False
-            return True
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.alive():
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-        return True
-
-    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        self.terminate()
-        if not self.wait(timeout):
-            self.kill()
-            self.wait(5.0)
-
-    def log_tail(self, lines: int = 25) -> list[str]:
-        """The last non-empty output lines of this run (each start appends after a marker line)."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return []
-        current = text.rsplit(_LOG_MARKER, 1)[-1].splitlines()[1:]
-        return [line for line in current if line.strip()][-lines:]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"pid": self.pid, "start_time": self.start_time, "log": str(self.log_path), "port": self.port}
-
-    @classmethod
-    def from_json(cls, name: str, data: dict[str, Any]) -> ManagedProcess:
-        return cls(name, data["pid"], data["start_time"], Path(data["log"]), data.get("port"))
-
-
-def _spawn(name: str, argv: Sequence[str], log_dir: Path, port: int | None = None) -> ManagedProcess:
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}.log"
-    with open(log_path, "ab") as log_file:
-        header = f"\n{_LOG_MARKER}{time.strftime('%Y-%m-%dT%H:%M:%S')}: {' '.join(argv)}\n"
-        log_file.write(header.encode())
-        log_file.flush()
-        popen = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=log_dir.parent,
-        )
-    stat = _proc_stat(popen.pid)
-    start_time = stat[1] if stat else 0
-    return ManagedProcess(name, popen.pid, start_time, log_path, port, popen)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_ready(proc: ManagedProcess, check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if check():
-            return
-        if not proc.alive():
-            tail = proc.log_tail()
-            if any("address already in use" in line for line in tail):
-                raise _PortInUse(f"{proc.name} could not bind its port")
-            raise _startup_error(proc, "exited during startup", tail)
-        if time.monotonic() >= deadline:
-            proc.stop(timeout=5.0)
-            raise _startup_error(proc, f"was not ready after {timeout:.0f}s", proc.log_tail())
-        time.sleep(0.2)
-
-
-def _startup_error(proc: ManagedProcess, what: str, tail: list[str]) -> ControlPlaneError:
-    # First line for the user (the process's own last word is usually the reason), then context.
-    last = tail[-1].strip() if tail else "no output"
-    return ControlPlaneError(f"{proc.name} {what}: {last} (log: {proc.log_path})\n" + "\n".join(tail))
-
-
-def _http_get(url: str, context: ssl.SSLContext | None) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, context=context, timeout=3) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (OSError, ssl.SSLError):
-        return 0, b""
-
-
-def _unverified_context() -> ssl.SSLContext:
-    # KCM serves a self-signed in-memory cert; /healthz is all we read from it.
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    return ctx
-
-
-def _kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict[str, Any]:
-    def b64(path: Path) -> str:
-        return base64.b64encode(path.read_bytes()).decode()
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "pykcm-testenv", "cluster": {"server": server, "certificate-authority-data": b64(ca)}}],
-        "users": [{"name": user, "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
-        "contexts": [{"name": "pykcm-testenv", "context": {"cluster": "pykcm-testenv", "user": user}}],
-        "current-context": "pykcm-testenv",
-    }
-
-
-def _write_private_file(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.touch(mode=0o600, exist_ok=True)
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class ControlPlane:
@@ -302,7 +127,7 @@ class ControlPlane:
             "binaries": {k: str(v) if v else None for k, v in vars(self.binaries).items()},
             "processes": {n: p.to_json() for n, p in self.processes.items()},
         }
-        _write_private_file(self.directory / STATE_FILE, json.dumps(state, indent=2) + "\n")
+        write_private_file(self.directory / STATE_FILE, json.dumps(state, indent=2) + "\n")
 
     # ----- etcd
 
@@ -320,12 +145,12 @@ class ControlPlane:
             f"--initial-cluster=default={peer_url}",
             "--unsafe-no-fsync",
         ]
-        proc = _spawn(ETCD, argv, self.logs_dir, client)
+        proc = spawn(ETCD, argv, self.logs_dir, client)
         self.processes[ETCD] = proc
-        _wait_ready(proc, self._etcd_healthy, ETCD_READY_TIMEOUT)
+        wait_ready(proc, self._etcd_healthy, ETCD_READY_TIMEOUT)
 
     def _etcd_healthy(self) -> bool:
-        status, body = _http_get(f"{self.etcd_url}/health", None)
+        status, body = http_get(f"{self.etcd_url}/health", None)
         return status == 200 and b'"true"' in body
 
     def _etcd_post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -396,13 +221,13 @@ class ControlPlane:
     def start_apiserver(self) -> None:
         if (proc := self.processes.get(APISERVER)) and proc.alive():
             raise ControlPlaneError(f"kube-apiserver is already running (pid {proc.pid})")
-        proc = _spawn(APISERVER, self._apiserver_argv(), self.logs_dir, self.ports["apiserver"])
+        proc = spawn(APISERVER, self._apiserver_argv(), self.logs_dir, self.ports["apiserver"])
         self.processes[APISERVER] = proc
         self._save()
         context = self.ssl_context()
-        _wait_ready(
+        wait_ready(
             proc,
-            lambda: _http_get(f"{self.apiserver_url}/readyz", context)[0] == 200,
+            lambda: http_get(f"{self.apiserver_url}/readyz", context)[0] == 200,
             APISERVER_READY_TIMEOUT,
         )
 
@@ -423,8 +248,8 @@ class ControlPlane:
             (self.kubeconfig, pki.admin_cert, pki.admin_key, "pykcm-admin"),
             (self.kcm_kubeconfig, pki.kcm_cert, pki.kcm_key, "kube-controller-manager"),
         ):
-            config = _kubeconfig(self.apiserver_url, pki.ca_cert, cert, key, user)
-            _write_private_file(path, yaml.safe_dump(config, sort_keys=False))
+            config = kubeconfig(self.apiserver_url, pki.ca_cert, cert, key, user)
+            write_private_file(path, yaml.safe_dump(config, sort_keys=False))
 
     # ----- kube-controller-manager
 
@@ -437,16 +262,16 @@ class ControlPlane:
         `--leader-elect=true` in `extra_args`; later flags win) and wait until /healthz is ok."""
         if self.binaries.kcm is None:
             self.binaries = ensure_binaries(need_kcm=True, log=self._log)
-        return _retry_on_port_clash(lambda: self._start_kcm_once(controllers, extra_args), lambda: None)
+        return retry_on_port_clash(lambda: self._start_kcm_once(controllers, extra_args), lambda: None)
 
     def _start_kcm_once(self, controllers: str, extra_args: Sequence[str]) -> ManagedProcess:
-        name, port = self._kcm_name(), _free_port()
-        proc = _spawn(name, self._kcm_argv(controllers, port, extra_args), self.logs_dir, port)
+        name, port = self._kcm_name(), free_port()
+        proc = spawn(name, self._kcm_argv(controllers, port, extra_args), self.logs_dir, port)
         self.processes[name] = proc
         self._save()
-        url, context = f"https://{LOOPBACK}:{port}/healthz", _unverified_context()
+        url, context = f"https://{LOOPBACK}:{port}/healthz", unverified_context()
         try:
-            _wait_ready(proc, lambda: _http_get(url, context)[0] == 200, KCM_READY_TIMEOUT)
+            wait_ready(proc, lambda: http_get(url, context)[0] == 200, KCM_READY_TIMEOUT)
         except BaseException:
             proc.stop(timeout=5.0)
             del self.processes[name]
@@ -479,7 +304,7 @@ class ControlPlane:
     def stop_kcm(self, process: ManagedProcess | None = None) -> None:
         """Stop one kube-controller-manager, or all of them."""
         targets = [process] if process else self.kcm_processes()
-        _stop_all(targets)
+        stop_all(targets)
         for proc in targets:
             self.processes.pop(proc.name, None)
         self._save()
@@ -488,8 +313,8 @@ class ControlPlane:
 
     def _start(self, kcm_controllers: str | None, kcm_args: Sequence[str]) -> None:
         ensure_pki(self.pki.ca_cert.parent)
-        _retry_on_port_clash(self._start_etcd, lambda: self._repick("etcd_client", "etcd_peer"))
-        _retry_on_port_clash(self._start_apiserver_fresh, lambda: self._repick("apiserver"))
+        retry_on_port_clash(self._start_etcd, lambda: self._repick("etcd_client", "etcd_peer"))
+        retry_on_port_clash(self._start_apiserver_fresh, lambda: self._repick("apiserver"))
         if kcm_controllers:
             self.start_kcm(kcm_controllers, kcm_args)
 
@@ -500,35 +325,14 @@ class ControlPlane:
 
     def _repick(self, *names: str) -> None:
         for name in names:
-            self.ports[name] = _free_port()
+            self.ports[name] = free_port()
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop every process this control plane started (KCMs, then the apiserver, then etcd)."""
-        _stop_all(self.kcm_processes(), timeout)
-        _stop_all([p for n, p in self.processes.items() if n == APISERVER], timeout)
-        _stop_all([p for n, p in self.processes.items() if n == ETCD], timeout)
+        stop_all(self.kcm_processes(), timeout)
+        stop_all([p for n, p in self.processes.items() if n == APISERVER], timeout)
+        stop_all([p for n, p in self.processes.items() if n == ETCD], timeout)
         self._save(running=False)
-
-
-def _stop_all(processes: Sequence[ManagedProcess], timeout: float = STOP_TIMEOUT) -> None:
-    for proc in processes:
-        proc.terminate()
-    deadline = time.monotonic() + timeout
-    for proc in processes:
-        if not proc.wait(max(0.0, deadline - time.monotonic())):
-            proc.kill()
-            proc.wait(5.0)
-
-
-def _retry_on_port_clash(start: Callable[[], _T], repick: Callable[[], None]) -> _T:
-    for attempt in range(_PORT_ATTEMPTS):
-        try:
-            return start()
-        except _PortInUse:
-            if attempt == _PORT_ATTEMPTS - 1:
-                raise
-            repick()
-    raise AssertionError("unreachable")
 
 
 def start(
@@ -545,7 +349,7 @@ def start(
     directory.mkdir(parents=True, exist_ok=True)
     _refuse_if_running(directory)
     binaries = ensure_binaries(need_kcm=bool(kcm_controllers), log=log)
-    ports = {"etcd_client": _free_port(), "etcd_peer": _free_port(), "apiserver": _free_port()}
+    ports = {"etcd_client": free_port(), "etcd_peer": free_port(), "apiserver": free_port()}
     plane = ControlPlane(directory, binaries, ports, log=log, apiserver_args=apiserver_args)
     started = time.monotonic()
     try:

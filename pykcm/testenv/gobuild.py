@@ -20,18 +20,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import BuildError
+
 Log = Callable[[str], None]
 
 GO_MINIMUM = (1, 26)
 PROGRESS_EVERY = 10.0  # seconds between progress lines
-
-
-class ControlPlaneError(Exception):
-    """Any local cluster failure; the message's first line is meant for the user."""
-
-
-class BuildError(ControlPlaneError):
-    """A binary could not be found or built."""
 
 
 def cache_dir() -> Path:

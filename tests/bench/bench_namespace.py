@@ -1,7 +1,7 @@
 """Benchmark: pykcm against the real kube-controller-manager v1.36.3 on namespace work.
 
 One freshly started local control plane; first pykcm (as a child process, exactly as deployed:
-`python -m pykcm.cli run --controllers namespace,serviceaccount`), then the real KCM with the
+`python -m pykcm.app.cli run --controllers namespace,serviceaccount`), then the real KCM with the
 same controllers, never both at once. For each:
 
 - the time from deleting a namespace holding 1,000 pods, 100 ReplicaSets, 100 ConfigMaps and
@@ -136,7 +136,7 @@ async def measure(client: RestClient, widgets: Any, work: Workload, pid: int) ->
 async def run_pykcm(plane: ControlPlane, client: RestClient, widgets: Any, work: Workload, logs: Path) -> Result:
     # Same set-up as the testenv's KCM: no leader election, each controller as its own ServiceAccount.
     proc = PykcmProcess("--kubeconfig", str(plane.kubeconfig), "--controllers", CONTROLLERS, "--no-leader-elect",
-                        "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.log")
+                        "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.util.log")
     try:
         await proc.wait_for_log('"Starting workers" controller="namespace-controller"', 60)
         return await measure(client, widgets, work, proc.pid)

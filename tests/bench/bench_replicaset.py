@@ -2,7 +2,7 @@
 
 Not a test: a script that prints a table. On one freshly started local control plane, for
 each client limit (--kube-api-qps/--kube-api-burst), KCM (only its replicaset controller) and
-then pykcm (`python -m pykcm.cli run --controllers replicaset`, a child process) each get a fresh
+then pykcm (`python -m pykcm.app.cli run --controllers replicaset`, a child process) each get a fresh
 namespace and:
 
 1. scale up: 100 ReplicaSets x 10 replicas are created; time until every status has settled

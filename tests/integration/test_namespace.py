@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from controllers.namespace import DELETION_GRACE_PERIOD
+from pykcm.client.discovery import GroupVersionResource, server_preferred_namespaced_resources
 from pykcm.client.errors import NotFound
 from pykcm.client.resources import APISERVICES, CONFIGMAPS, NAMESPACES, PODS, SECRETS, SERVICES, Resource
 from pykcm.client.rest import RestClient
-from pykcm.discovery import GroupVersionResource, server_preferred_namespaced_resources
+from pykcm.controllers.namespace.controller import DELETION_GRACE_PERIOD
 from pykcm.testenv.controlplane import ControlPlane
 from tests.support import (
     ControllerSpy,

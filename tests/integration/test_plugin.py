@@ -31,7 +31,7 @@ def pykcm_env(plugin_path: Path) -> dict[str, str]:
 
 def test_installed_plugin_is_listed_off_by_default(plugin_path):
     out = subprocess.run(
-        [sys.executable, "-m", "pykcm.cli", "controllers"],
+        [sys.executable, "-m", "pykcm.app.cli", "controllers"],
         capture_output=True, text=True, check=True, env={**os.environ, **pykcm_env(plugin_path)},
     ).stdout
     assert "greeter-controller\toff (aliases: greeter)" in out
@@ -42,7 +42,7 @@ async def test_installed_plugin_runs_when_enabled(control_plane, plugin_path, tm
     ns = await create_namespace(client, "plugin")
     proc = PykcmProcess(
         "--kubeconfig", str(control_plane.kubeconfig), "--controllers", "greeter", "--leader-elect=false",
-        log_path=tmp_path / "pykcm.log", env=pykcm_env(plugin_path),
+        log_path=tmp_path / "pykcm.util.log", env=pykcm_env(plugin_path),
     )
     try:
         await proc.wait_for_log("Caches are synced")

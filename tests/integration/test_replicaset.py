@@ -17,18 +17,18 @@ from typing import Any
 
 import pytest
 
-from controllers.replicaset import ReplicaSetController
+from pykcm.app.manager import Manager
+from pykcm.app.options import Options
 from pykcm.client.errors import NAMESPACE_TERMINATING_CAUSE, ApiError, NotFound
+from pykcm.client.events import EventRecorder
 from pykcm.client.resources import CONFIGMAPS, EVENTS, NAMESPACES, PODS, REPLICASETS, RESOURCEQUOTAS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.controller import ControllerContext
-from pykcm.events import EventRecorder
-from pykcm.expectations import EXPECTATIONS_TIMEOUT, ControllerExpectations
+from pykcm.controller.expectations import EXPECTATIONS_TIMEOUT, ControllerExpectations
+from pykcm.controllers.replicaset import ReplicaSetController
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.informers.store import object_key
-from pykcm.manager import Manager
-from pykcm.options import Options
-from pykcm.podutil import format_time
+from pykcm.util.apitime import format_time
 from tests.support import (
     PAUSE_IMAGE,
     ControllerSpy,

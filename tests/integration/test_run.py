@@ -39,7 +39,7 @@ async def default_sa_appears(kubeconfig: Path | str) -> None:
 async def test_run_syncs_caches_works_and_stops_cleanly_on_sigterm(control_plane, tmp_path):
     proc = PykcmProcess(
         "--kubeconfig", str(control_plane.kubeconfig), "--controllers", "serviceaccount", "--v", "2",
-        log_path=tmp_path / "pykcm.log",
+        log_path=tmp_path / "pykcm.util.log",
     )
     try:
         await proc.wait_for_log("Caches are synced")
@@ -88,7 +88,7 @@ def test_bad_input_is_one_line_and_exit_code(args, code, message, tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
     result = subprocess.run(
-        [sys.executable, "-m", "pykcm.cli", *args],
+        [sys.executable, "-m", "pykcm.app.cli", *args],
         capture_output=True, text=True, timeout=60, env={**os.environ, "KUBECONFIG": str(kubeconfig)},
     )
     assert result.returncode == code, result.stderr

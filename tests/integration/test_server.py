@@ -18,15 +18,15 @@ import orjson
 import pytest
 from cryptography import x509
 
-from pykcm import healthz
+from pykcm.app.manager import Manager
+from pykcm.app.options import Options
 from pykcm.client.config import load_config
 from pykcm.client.errors import NotFound
 from pykcm.client.resources import CLUSTERROLEBINDINGS, CLUSTERROLES, NAMESPACES, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, ControllerContext
-from pykcm.manager import Manager
-from pykcm.options import Options
-from pykcm.server import self_signed_certificate
+from pykcm.serving import healthz
+from pykcm.serving.certs import self_signed_certificate
 from pykcm.testenv.controlplane import ControlPlane
 from tests.support import admin_client, create_namespace, free_port, https_get, running_manager, wait_for
 
@@ -241,7 +241,7 @@ async def test_scenario_50_unreachable_apiserver_exits_within_15s_with_one_line(
     start = time.monotonic()
     result = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "pykcm.cli", "run", "--master", f"https://127.0.0.1:{free_port()}",
+        [sys.executable, "-m", "pykcm.app.cli", "run", "--master", f"https://127.0.0.1:{free_port()}",
          "--controllers", "serviceaccount", "--leader-elect=true"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "KUBECONFIG": "/dev/null"},
     )

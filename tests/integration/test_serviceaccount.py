@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from controllers.serviceaccount import ServiceAccountController
 from pykcm.client.resources import NAMESPACES, SERVICEACCOUNTS, Resource
 from pykcm.client.rest import RestClient
+from pykcm.controllers.serviceaccount import ServiceAccountController
 from pykcm.testenv.controlplane import ControlPlane
 from tests.support import (
     controller_of,

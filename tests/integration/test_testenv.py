@@ -17,8 +17,9 @@ from pykcm.client.errors import Gone, NotFound
 from pykcm.client.resources import LEASES, NAMESPACES, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
 from pykcm.testenv import build
-from pykcm.testenv.build import KUBERNETES_VERSION, BuildError, ensure_binaries
-from pykcm.testenv.controlplane import STATE_FILE, ControlPlane, ControlPlaneError, running, start, stop
+from pykcm.testenv.build import KUBERNETES_VERSION, ensure_binaries
+from pykcm.testenv.controlplane import STATE_FILE, ControlPlane, running, start, stop
+from pykcm.testenv.errors import BuildError, ControlPlaneError
 from tests.support import admin_client, create_namespace, wait_for
 
 

@@ -4,7 +4,7 @@ import asyncio
 import datetime
 import time
 
-from pykcm import clientbuilder
+from pykcm.app import clientbuilder
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import ServiceUnavailable
 from pykcm.client.rest import RestClient

@@ -1,11 +1,13 @@
-"""Unit tests for pykcm.healthz and the request-independent parts of pykcm.server."""
+"""Unit tests for pykcm.serving.healthz and the request-independent parts of pykcm.serving.server."""
 
 from __future__ import annotations
 
 import pytest
 
-from pykcm.healthz import NO_PROGRESS_AFTER, STUCK_SYNC_AFTER, HealthCheck, evaluate, stuck_reason
-from pykcm.server import TTLCache, bearer_token, path_allowed
+from pykcm.serving.authn import bearer_token
+from pykcm.serving.authz import path_allowed
+from pykcm.serving.healthz import NO_PROGRESS_AFTER, STUCK_SYNC_AFTER, HealthCheck, evaluate, stuck_reason
+from pykcm.util.ttlcache import TTLCache
 
 OK = HealthCheck("leaderElection", lambda: None)
 BROKEN = HealthCheck("replicaset-controller", lambda: "stuck for 700s")

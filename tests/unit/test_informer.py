@@ -3,7 +3,7 @@
 import asyncio
 
 from pykcm.client.resources import CONFIGMAPS
-from pykcm.informers.fifo import Delta, DeltaType
+from pykcm.informers.delta_queue import Delta, DeltaType
 from pykcm.informers.informer import SharedInformer
 from pykcm.informers.store import DeletedFinalStateUnknown
 

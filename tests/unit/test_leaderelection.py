@@ -1,4 +1,4 @@
-"""Unit tests for pykcm.leaderelection: client-go's algorithm over an in-memory Lease store.
+"""Unit tests for pykcm.app.leaderelection: client-go's algorithm over an in-memory Lease store.
 
 The store behaves like the apiserver for one resource: resourceVersions, Conflict on a stale
 PUT, AlreadyExists on a second create. Time is a fake monotonic clock unless a test exercises
@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from pykcm.client.errors import AlreadyExists, Conflict, NotFound, TransportError
-from pykcm.leaderelection import (
+from pykcm.app.leaderelection import (
     LeaderElectionConfig,
     LeaderElectionRecord,
     LeaderElector,
@@ -26,6 +25,7 @@ from pykcm.leaderelection import (
     micro_time,
     new_identity,
 )
+from pykcm.client.errors import AlreadyExists, Conflict, NotFound, TransportError
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 DEFAULTS = LeaderElectionConfig(lease_duration=15.0, renew_deadline=10.0, retry_period=2.0)

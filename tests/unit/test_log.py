@@ -4,7 +4,7 @@ import json
 import logging
 import re
 
-from pykcm import log
+from pykcm.util import log
 
 
 def emit(capsys, fmt: str, verbosity: int = 0) -> list[str]:

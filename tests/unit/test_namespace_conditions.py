@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from controllers.namespace import (
+from pykcm.client.discovery import GroupDiscoveryFailed, GroupVersion, GroupVersionResource, StaleGroupVersion
+from pykcm.controllers.namespace.conditions import (
     CONDITION_TYPES,
     CONTENT_FAILURE,
     CONTENT_REMAINING,
@@ -14,7 +15,6 @@ from controllers.namespace import (
     ConditionUpdater,
     ContentTotals,
 )
-from pykcm.discovery import GroupDiscoveryFailed, GroupVersion, GroupVersionResource, StaleGroupVersion
 
 OLD_TIME = "2020-01-01T00:00:00Z"
 

@@ -14,23 +14,8 @@ from typing import Any
 
 import pytest
 
-from controllers.namespace import (
-    BACKGROUND,
-    CONTENT_FAILURE,
-    CONTENT_REMAINING,
-    DELETION_GRACE_PERIOD,
-    DISCOVERY_FAILURE,
-    FINALIZERS_REMAINING,
-    AggregateError,
-    NamespaceController,
-    NamespacedResourcesDeleter,
-    NoResourcesDiscovered,
-    ResourcesRemaining,
-)
-from pykcm.client.errors import ApiError, Conflict, MethodNotSupported, NotFound
-from pykcm.client.resources import Resource
-from pykcm.controller import ControllerContext, RequeueAfter
-from pykcm.discovery import (
+from pykcm.app.options import Options
+from pykcm.client.discovery import (
     APIResource,
     APIResourceList,
     DiscoveryResult,
@@ -38,10 +23,26 @@ from pykcm.discovery import (
     GroupVersion,
     StaleGroupVersion,
 )
-from pykcm.events import EventRecorder
+from pykcm.client.errors import ApiError, Conflict, MethodNotSupported, NotFound
+from pykcm.client.events import EventRecorder
+from pykcm.client.resources import Resource
+from pykcm.controller import ControllerContext, RequeueAfter
+from pykcm.controllers.namespace.conditions import (
+    CONTENT_FAILURE,
+    CONTENT_REMAINING,
+    DISCOVERY_FAILURE,
+    FINALIZERS_REMAINING,
+)
+from pykcm.controllers.namespace.controller import DELETION_GRACE_PERIOD, NamespaceController
+from pykcm.controllers.namespace.deleter import (
+    BACKGROUND,
+    NamespacedResourcesDeleter,
+    NoResourcesDiscovered,
+    ResourcesRemaining,
+)
 from pykcm.informers.factory import SharedInformerFactory
-from pykcm.log import get_logger
-from pykcm.options import Options
+from pykcm.util.errors import AggregateError
+from pykcm.util.log import get_logger
 
 ALL = frozenset({"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"})
 NS = "doomed"

@@ -1,4 +1,4 @@
-"""Unit tests for pykcm.discovery: preferred versions, partial failures, both document formats."""
+"""Unit tests for pykcm.client.discovery: preferred versions, partial failures, both document formats."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from pykcm.client.errors import NotFound, ServiceUnavailable, TransportError
-from pykcm.discovery import (
+from pykcm.client.discovery import (
     AGGREGATED_KIND,
     APIResource,
     APIResourceList,
@@ -20,6 +19,7 @@ from pykcm.discovery import (
     server_preferred_namespaced_resources,
     server_preferred_resources,
 )
+from pykcm.client.errors import NotFound, ServiceUnavailable, TransportError
 
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 

@@ -1,4 +1,4 @@
-"""Unit tests for pykcm.options and the flag handling in pykcm.cli: Go durations, --controllers,
+"""Unit tests for pykcm.app.options and the flag handling in pykcm.app.cli: Go durations, --controllers,
 leader-election and serving flags, KCM's `--flag=false` form."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from pykcm import cli
-from pykcm.options import ControllerInfo, Options, OptionsError, parse_bool, parse_duration, resolve_controllers
+from pykcm.app import cli
+from pykcm.app.options import ControllerInfo, Options, OptionsError, parse_bool, parse_duration, resolve_controllers
 
 KNOWN = [
     ControllerInfo("serviceaccount-token-controller", ("serviceaccount-token",)),

@@ -1,11 +1,11 @@
 """The README's reference tables are generated from the code and must match it."""
 
-from pykcm import docs
+from pykcm.app import docs
 
 
 def test_readme_tables_match_the_cli_and_metrics():
     text = docs.README.read_text()
-    assert docs.render(text) == text, "README.md is out of date: run `python -m pykcm.docs --write`"
+    assert docs.render(text) == text, "README.md is out of date: run `python -m pykcm.app.docs --write`"
 
 
 def test_readme_has_exactly_the_two_setup_commands():

@@ -8,7 +8,7 @@ from pykcm.client.config import ClientConfig
 from pykcm.client.errors import Gone
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient
-from pykcm.informers.fifo import DeltaFIFO, DeltaType
+from pykcm.informers.delta_queue import DeltaQueue, DeltaType
 from pykcm.informers.reflector import PAGE_SIZE, Reflector
 
 
@@ -44,12 +44,12 @@ def page(items: list, rv: str, cont: str = "") -> dict:
     return {"kind": "ConfigMapList", "metadata": {"resourceVersion": rv, "continue": cont}, "items": items}
 
 
-async def run_until(reflector: Reflector, fifo: DeltaFIFO, count: int) -> list:
+async def run_until(reflector: Reflector, queue: DeltaQueue, count: int) -> list:
     task = asyncio.create_task(reflector.run())
     deltas = []
     try:
         for _ in range(count):
-            deltas.append(await asyncio.wait_for(fifo.pop(), 5))
+            deltas.append(await asyncio.wait_for(queue.pop(), 5))
     finally:
         task.cancel()
     return deltas
@@ -61,9 +61,9 @@ async def test_expired_continue_token_falls_back_to_one_full_list():
         Gone(410, "Expired", "continue token expired"),
         page([cm("a", "1"), cm("b", "2")], "12"),
     ])
-    fifo = DeltaFIFO()
-    reflector = Reflector(client, CONFIGMAPS, fifo)
-    [replaced] = await run_until(reflector, fifo, 1)
+    queue = DeltaQueue()
+    reflector = Reflector(client, CONFIGMAPS, queue)
+    [replaced] = await run_until(reflector, queue, 1)
     assert replaced.type is DeltaType.REPLACED
     assert [o["metadata"]["name"] for o in replaced.payload] == ["a", "b"]
     assert client.requests[0] == {"limit": PAGE_SIZE}
@@ -80,9 +80,9 @@ async def test_watch_resumes_from_list_rv_with_bookmarks_and_strips_managed_fiel
             {"type": "ADDED", "object": cm("b", "16", managedFields=[{}])},
         ]],
     )
-    fifo = DeltaFIFO()
-    reflector = Reflector(client, CONFIGMAPS, fifo)
-    replaced, bookmark, added = await run_until(reflector, fifo, 3)
+    queue = DeltaQueue()
+    reflector = Reflector(client, CONFIGMAPS, queue)
+    replaced, bookmark, added = await run_until(reflector, queue, 3)
     assert "managedFields" not in replaced.payload[0]["metadata"]
     assert added.type is DeltaType.ADDED and "managedFields" not in added.payload["metadata"]
     # Each delta says where the cache stands once applied, bookmarks included.
@@ -99,9 +99,9 @@ async def test_watch_error_410_relists_and_the_next_watch_starts_from_the_new_li
         [page([cm("a", "1")], "10"), page([cm("b", "30")], "30")],
         watches=[[{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}], []],
     )
-    fifo = DeltaFIFO()
-    reflector = Reflector(client, CONFIGMAPS, fifo)
-    first, second = await run_until(reflector, fifo, 2)
+    queue = DeltaQueue()
+    reflector = Reflector(client, CONFIGMAPS, queue)
+    first, second = await run_until(reflector, queue, 2)
     assert first.type is second.type is DeltaType.REPLACED
     assert [o["metadata"]["name"] for o in second.payload] == ["b"]
     await asyncio.sleep(0)  # let the reflector open its next watch
@@ -110,6 +110,6 @@ async def test_watch_error_410_relists_and_the_next_watch_starts_from_the_new_li
 
 @pytest.mark.parametrize("rv", ["", "abc"])
 def test_non_numeric_resource_versions_are_kept_but_not_exported(rv):
-    reflector = Reflector(ScriptedClient([]), CONFIGMAPS, DeltaFIFO())
+    reflector = Reflector(ScriptedClient([]), CONFIGMAPS, DeltaQueue())
     reflector._set_resource_version(rv)
     assert reflector.last_resource_version == rv

@@ -7,26 +7,32 @@ import asyncio
 
 import pytest
 
-from controllers.replicaset.scaling import (
+from pykcm.client.resources import PODS, REPLICASETS
+from pykcm.controller.consistency import ConsistencyStore, StaleCacheError
+from pykcm.controller.controllerref import adopt_patch, get_controller_of, pod_controller_index, release_patch
+from pykcm.controller.expectations import EXPECTATIONS_TIMEOUT, ControllerExpectations
+from pykcm.controller.podcontrol import pod_from_template, pod_name_prefix
+from pykcm.controller.podutil import (
+    deletion_cost,
+    is_pod_available,
+    min_next_availability_check,
+    sort_for_deletion,
+)
+from pykcm.controller.selectors import (
+    EVERYTHING,
+    NOTHING,
+    SelectorError,
+    selector_from_label_selector,
+    selector_from_set,
+)
+from pykcm.controllers.replicaset.scaling import (
     pods_to_delete,
     ranks_by_colocated_related_pods,
     slow_start_batch,
     slow_start_batch_sizes,
 )
-from controllers.replicaset.status import calculate_status, status_unchanged
-from pykcm.client.resources import PODS, REPLICASETS
-from pykcm.consistency import ConsistencyStore, StaleCacheError
-from pykcm.controllerref import adopt_patch, get_controller_of, pod_controller_index, release_patch
-from pykcm.expectations import EXPECTATIONS_TIMEOUT, ControllerExpectations
-from pykcm.podcontrol import pod_from_template, pod_name_prefix
-from pykcm.podutil import (
-    deletion_cost,
-    format_time,
-    is_pod_available,
-    min_next_availability_check,
-    sort_for_deletion,
-)
-from pykcm.selectors import EVERYTHING, NOTHING, SelectorError, selector_from_label_selector, selector_from_set
+from pykcm.controllers.replicaset.status import calculate_status, status_unchanged
+from pykcm.util.apitime import format_time
 
 NOW = 1_700_000_000.0
 

@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-from controllers.replicaset import ReplicaSetController
-from controllers.replicaset.controller import STALE_CACHE_RETRY
-from controllers.replicaset.metrics import stale_sync_skips
+from pykcm.app.options import Options
 from pykcm.client.errors import Conflict, Forbidden, Invalid, NotFound, error_from_status
 from pykcm.client.resources import PODS, Resource
-from pykcm.consistency import StaleCacheError
 from pykcm.controller import ControllerContext, RequeueAfter
+from pykcm.controller.consistency import StaleCacheError
+from pykcm.controllers.replicaset import ReplicaSetController
+from pykcm.controllers.replicaset.controller import STALE_CACHE_RETRY
+from pykcm.controllers.replicaset.metrics import stale_sync_skips
+from pykcm.informers.delta_queue import Delta, DeltaType
 from pykcm.informers.factory import SharedInformerFactory
-from pykcm.informers.fifo import Delta, DeltaType
 from pykcm.informers.store import DeletedFinalStateUnknown
-from pykcm.options import Options
-from pykcm.podutil import format_time
+from pykcm.util.apitime import format_time
 
 NS = "ns"
 

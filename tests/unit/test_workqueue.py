@@ -13,7 +13,6 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
-from pykcm import metrics
 from pykcm.workqueue import (
     BucketRateLimiter,
     DelayingQueue,
@@ -22,6 +21,7 @@ from pykcm.workqueue import (
     Queue,
     RateLimitingQueue,
     default_controller_rate_limiter,
+    metrics,
 )
 
 # Generous upper bound for "this should happen soon"; tests finish long before it.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +17,9 @@ from typing import Any
 from pykcm.client.errors import ApiError, NotFound, TransportError
 from pykcm.client.resources import EVENTS
 from pykcm.client.rest import STRATEGIC_MERGE_PATCH, RestClient
-from pykcm.flowcontrol import TokenBucket
-from pykcm.log import get_logger
+from pykcm.util import apitime
+from pykcm.util.flowcontrol import TokenBucket
+from pykcm.util.log import get_logger
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -38,9 +38,6 @@ class _Sent:
     namespace: str
     count: int
 
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class EventRecorder:
@@ -97,7 +94,7 @@ class EventRecorder:
             return
         namespace = involved["namespace"] or "default"
         key = (involved["uid"], involved["namespace"], involved["name"], type_, reason, message)
-        now = _now()
+        now = apitime.now()
         sent = self._sent.get(key)
         if sent is not None:
             try:

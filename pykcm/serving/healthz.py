@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pykcm.log import get_logger
+from pykcm.util.log import get_logger
 
 if TYPE_CHECKING:
     from pykcm.controller import Controller

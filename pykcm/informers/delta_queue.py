@@ -1,6 +1,7 @@
 """The delta queue between a reflector and its informer.
 
-Deltas come out in arrival order (client-go's RealFIFO); a relist travels as one
+Deltas come out in arrival order, one per event, as in client-go's RealFIFO: there is no per-key
+compaction as in its DeltaFIFO, so every event reaches the handlers. A relist travels as one
 Replaced delta so the cache and handlers see it atomically (AtomicFIFO).
 """
 
@@ -27,7 +28,9 @@ class Delta:
     resource_version: str = ""  # where the cache stands once this delta is applied
 
 
-class DeltaFIFO:
+class DeltaQueue:
+    """An unbounded FIFO of deltas: the reflector pushes without waiting, the informer pops."""
+
     def __init__(self) -> None:
         self._queue: asyncio.Queue[Delta] = asyncio.Queue()
 

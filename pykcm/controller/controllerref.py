@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from pykcm.client.errors import Invalid, NotFound
+from pykcm.controller.selectors import Selector
 from pykcm.informers.store import Indexer, Obj
-from pykcm.log import get_logger
-from pykcm.selectors import Selector
+from pykcm.util.errors import aggregate
+from pykcm.util.log import get_logger
 
 POD_CONTROLLER_INDEX = "podController"
 
@@ -109,21 +110,6 @@ def filter_claimed_pods(owner: Obj, selector: Selector, pods: Iterable[Obj]) -> 
 
 
 # -- claiming ---------------------------------------------------------------------------------------
-
-
-class AggregateError(Exception):
-    """Several errors from one pass; reads like apimachinery's aggregate ("[a, b]")."""
-
-    def __init__(self, errors: list[BaseException]) -> None:
-        self.errors = errors
-        text = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
-        super().__init__(text)
-
-
-def aggregate(errors: list[BaseException]) -> BaseException | None:
-    if not errors:
-        return None
-    return errors[0] if len(errors) == 1 else AggregateError(errors)
 
 
 class PodControllerRefManager:

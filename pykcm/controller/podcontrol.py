@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from pykcm.client.errors import NAMESPACE_TERMINATING_CAUSE, ApiError, NotFound
+from pykcm.client.events import NORMAL, WARNING, EventRecorder
 from pykcm.client.resources import PODS
 from pykcm.client.rest import RestClient
-from pykcm.controllerref import validate_controller_ref
-from pykcm.events import NORMAL, WARNING, EventRecorder
+from pykcm.controller.controllerref import validate_controller_ref
 from pykcm.informers.store import Obj
-from pykcm.log import get_logger
+from pykcm.util.log import get_logger
 
 FAILED_CREATE, SUCCESSFUL_CREATE = "FailedCreate", "SuccessfulCreate"
 FAILED_DELETE, SUCCESSFUL_DELETE = "FailedDelete", "SuccessfulDelete"

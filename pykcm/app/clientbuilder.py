@@ -14,12 +14,12 @@ import datetime
 import time
 from dataclasses import dataclass
 
-from pykcm.backoff import Backoff
 from pykcm.client.config import bearer_token_config
 from pykcm.client.errors import AlreadyExists, ApiError, NotFound, TransportError
 from pykcm.client.resources import SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
-from pykcm.log import get_logger
+from pykcm.util.backoff import Backoff
+from pykcm.util.log import get_logger
 
 NAMESPACE = "kube-system"
 TOKEN_LIFETIME = 3600  # seconds

@@ -14,32 +14,28 @@ import asyncio
 import contextlib
 import time
 
-from pykcm import metrics
-from pykcm.client.config import ClientConfig, load_config
-from pykcm.client.errors import ApiError, TransportError
-from pykcm.client.rest import RestClient
-from pykcm.clientbuilder import ServiceAccountClientBuilder
-from pykcm.controller import Controller, ControllerContext
-from pykcm.events import EventRecorder
-from pykcm.healthz import HealthCheck, controller_check
-from pykcm.informers.factory import SharedInformerFactory
-from pykcm.leaderelection import (
+from pykcm.app import metrics
+from pykcm.app.clientbuilder import ServiceAccountClientBuilder
+from pykcm.app.leaderelection import (
     USER_AGENT_SUFFIX,
     LeaderElectionConfig,
     LeaderElector,
     LeaseLock,
     new_identity,
 )
-from pykcm.log import get_logger
-from pykcm.options import Options
-from pykcm.server import (
-    DelegatingAuthenticator,
-    DelegatingAuthorizer,
-    SecureServer,
-    ServingError,
-    load_client_ca,
-    server_ssl_context,
-)
+from pykcm.app.options import Options
+from pykcm.client.config import ClientConfig, load_config
+from pykcm.client.errors import ApiError, TransportError
+from pykcm.client.events import EventRecorder
+from pykcm.client.rest import RestClient
+from pykcm.controller import Controller, ControllerContext
+from pykcm.informers.factory import SharedInformerFactory
+from pykcm.serving.authn import DelegatingAuthenticator
+from pykcm.serving.authz import DelegatingAuthorizer
+from pykcm.serving.certs import ServingError, load_client_ca, server_ssl_context
+from pykcm.serving.healthz import HealthCheck, controller_check
+from pykcm.serving.server import SecureServer
+from pykcm.util.log import get_logger
 
 log = get_logger("controller-manager")
 
@@ -58,7 +54,7 @@ class Manager:
     def __init__(self, options: Options, config: ClientConfig, controllers: list[type[Controller]]) -> None:
         self.options = options
         self.client = RestClient(config.with_limits(options.kube_api_qps, options.kube_api_burst))
-        self.factory = SharedInformerFactory(self.client.for_controller("shared-informers"), options.min_resync_period)
+        self.factory = SharedInformerFactory(self.client.named("shared-informers"), options.min_resync_period)
         self.controller_classes = controllers
         self.controllers: list[Controller] = []
         self.synced = asyncio.Event()
@@ -102,7 +98,7 @@ class Manager:
     def _delegated_client(self, kubeconfig: str | None, name: str) -> RestClient:
         """The TokenReview/SubjectAccessReview client: its own kubeconfig, or the main credentials."""
         if not kubeconfig:
-            return self.client.for_controller(name, DELEGATED_AUTH_QPS, DELEGATED_AUTH_BURST)
+            return self.client.named(name, DELEGATED_AUTH_QPS, DELEGATED_AUTH_BURST)
         client = RestClient(load_config(kubeconfig).with_limits(DELEGATED_AUTH_QPS, DELEGATED_AUTH_BURST), name)
         self._extra_clients.append(client)
         return client
@@ -138,7 +134,7 @@ class Manager:
         config = LeaderElectionConfig(
             opts.leader_elect_lease_duration, opts.leader_elect_renew_deadline, opts.leader_elect_retry_period
         )
-        client = self.client.for_controller(USER_AGENT_SUFFIX)
+        client = self.client.named(USER_AGENT_SUFFIX)
         lock = LeaseLock(
             client,
             opts.leader_elect_resource_namespace,
@@ -193,7 +189,7 @@ class Manager:
     async def _controller_client(self, name: str, qps: float, burst: int) -> RestClient:
         """The controller's own client: named after it, and with its own ServiceAccount if asked."""
         if not self.options.use_service_account_credentials:
-            return self.client.for_controller(name, qps, burst)
+            return self.client.named(name, qps, burst)
         if self._service_accounts is None:
             self._service_accounts = ServiceAccountClientBuilder(self.client)
         try:

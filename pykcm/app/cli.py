@@ -13,8 +13,7 @@ from typing import Annotated
 import typer
 
 from pykcm import __version__
-from pykcm import log as logging_setup
-from pykcm.options import (
+from pykcm.app.options import (
     Options,
     OptionsError,
     format_duration,
@@ -22,6 +21,7 @@ from pykcm.options import (
     parse_duration,
     resolve_controllers,
 )
+from pykcm.util import log as logging_setup
 
 # typer may vendor its own click; take the exception classes from typer's hierarchy, not `import click`.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -123,7 +123,7 @@ def run(
 
     registry = discover_controllers()
     try:
-        enabled = resolve_controllers(options.controllers, [cls.info() for cls in registry.values()])
+        enabled = resolve_controllers(options.controllers, registry.values())
     except OptionsError as err:
         raise typer.BadParameter(str(err), param_hint="--controllers") from None
     classes = [registry[name] for name in enabled]
@@ -144,8 +144,8 @@ def run(
 
 
 def _run_manager(options: Options, classes: list) -> None:
+    from pykcm.app.manager import Manager
     from pykcm.client.config import load_config
-    from pykcm.manager import Manager
 
     config = load_config(options.kubeconfig, options.master)
     asyncio.run(_serve(Manager(options, config, classes)))
@@ -205,13 +205,13 @@ def testenv_stop(directory: Annotated[Path, typer.Option("--dir", help="Director
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Failures the user can act on: printed as one line, exit 1, no traceback."""
+    from pykcm.app.manager import ManagerError
     from pykcm.client.config import ConfigError
     from pykcm.controller import PluginError
-    from pykcm.manager import ManagerError
 
     errors: list[type[BaseException]] = [ConfigError, ManagerError, PluginError, OSError]
     with contextlib.suppress(ImportError):
-        from pykcm.testenv.build import ControlPlaneError  # BuildError is one of these
+        from pykcm.testenv.errors import ControlPlaneError  # BuildError is one of these
 
         errors.append(ControlPlaneError)
     return tuple(errors)

@@ -1,58 +1,30 @@
-"""Namespace controller: empties a deleted namespace, then releases its `kubernetes` finalizer.
-
-When a namespace is deleted the API server only sets its deletionTimestamp; the namespace stays
-until every entry of `spec.finalizers` is gone. This controller owns the `kubernetes` entry. For
-each deleted namespace it
-
-1. marks the namespace `Terminating` (status.phase),
-2. discovers every namespaced resource type that supports `delete` (built-in, CRD, aggregated),
-3. deletes pods first and everything else only once no pods remain (ordered deletion, GA 1.34),
-   with one DELETECOLLECTION per type, or LIST + DELETE per object where that is not supported,
-4. records progress and failures in five status conditions,
-5. removes `kubernetes` through the `finalize` subresource once nothing is left; the API server
-   then removes the namespace unless other finalizers remain.
-
-While content is still going away the namespace is looked at again after half the estimated
-time (pods' grace periods, 15 s for objects with finalizers), without error backoff. Any error,
-including a group that failed discovery, is retried with backoff capped at a minute, and the
-namespace is not finalized while it persists.
-
-Source: kubernetes/kubernetes pkg/controller/namespace (namespace_controller.go,
-deletion/namespaced_resources_deleter.go, deletion/status_condition_utils.go) at 1.36.
-"""
+"""Empties a deleted namespace: pods first, then every other namespaced resource type, with one
+DELETECOLLECTION per type or LIST + DELETE per object where that is not supported; finalizes the
+namespace once nothing is left (KCM's deletion/namespaced_resources_deleter.go)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-from pykcm.client.errors import ApiError, Conflict, MethodNotSupported, NotFound, TransportError
-from pykcm.client.resources import NAMESPACES, PODS
-from pykcm.client.rest import PARTIAL_METADATA, PARTIAL_METADATA_LIST, RestClient
-from pykcm.controller import Controller, ControllerContext, RequeueAfter
-from pykcm.discovery import (
+from pykcm.client.discovery import (
     APIResourceList,
     DiscoveryResult,
-    GroupDiscoveryFailed,
     GroupVersion,
     GroupVersionResource,
     filtered_by,
     group_version_resources,
-    server_preferred_namespaced_resources,
 )
-from pykcm.informers.store import Obj, object_key
-from pykcm.log import Logger
-from pykcm.workqueue import RateLimiter, default_controller_rate_limiter
+from pykcm.client.errors import ApiError, Conflict, MethodNotSupported, NotFound, TransportError
+from pykcm.client.resources import NAMESPACES, PODS
+from pykcm.client.rest import PARTIAL_METADATA, PARTIAL_METADATA_LIST, RestClient
+from pykcm.controllers.namespace.conditions import ConditionUpdater, ContentTotals, GVRDeletion
+from pykcm.informers.store import Obj
+from pykcm.util.errors import AggregateError
+from pykcm.util.log import Logger
 
-FINALIZER_KUBERNETES = "kubernetes"
-# Wait before acting on a deletion so that every API server's lifecycle admission has seen it
-# (no new objects) and late creates have reached etcd (they are then deleted too).
-DELETION_GRACE_PERIOD = 5.0
 FINALIZER_ESTIMATE_SECONDS = 15  # assumed time for finalizers of remaining objects to finish
-RETRY_CAP = 60.0  # a failing namespace is retried at least once a minute
 PODS_GVR = GroupVersionResource("", "v1", "pods")
 # Namespace deletion deletes generically; Background keeps the garbage collector from adding the
 # orphan finalizer, so dependents are cleaned up instead of blocking the namespace.
@@ -60,62 +32,6 @@ BACKGROUND = {"propagationPolicy": "Background"}
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
 
 Discover = Callable[[], Awaitable[DiscoveryResult]]
-
-
-class NamespaceController(Controller):
-    name = "namespace-controller"
-    aliases = ("namespace",)
-    client_name = "namespace-controller"
-    queue_name = "namespace"
-    workers = 10
-    workers_option = "concurrent_namespace_syncs"
-
-    def __init__(self, ctx: ControllerContext) -> None:
-        super().__init__(ctx)
-        self.namespaces = self.informers.informer(NAMESPACES)
-        self.deleter = NamespacedResourcesDeleter(
-            self.client, lambda: server_preferred_namespaced_resources(self.client), FINALIZER_KUBERNETES, self.log
-        )
-        # No delete handler: a namespace that is gone needs nothing. The resync re-checks every
-        # terminating namespace periodically, whatever happened to its queue entry.
-        self.namespaces.add_event_handler(
-            on_add=self.namespace_changed,
-            on_update=lambda _old, new: self.namespace_changed(new),
-            resync=self.options.namespace_sync_period,
-        )
-
-    def rate_limiter(self) -> RateLimiter:
-        return default_controller_rate_limiter(cap=RETRY_CAP)
-
-    @classmethod
-    def client_limits(cls, qps: float, burst: int) -> tuple[float, int]:
-        # Deletion issues a few requests per resource type per pass; KCM lifts its limits this much.
-        return qps * 20, burst * 100
-
-    def namespace_changed(self, namespace: Obj) -> None:
-        if not namespace.get("metadata", {}).get("deletionTimestamp"):
-            return  # only deleted namespaces concern this controller
-        self.queue.add_after(object_key(namespace), DELETION_GRACE_PERIOD)
-
-    async def run(self) -> None:
-        await self.deleter.init_op_cache()
-        await super().run()
-
-    async def sync(self, key: str) -> None:
-        if self.namespaces.indexer.get(key) is None:
-            self.log.info("Namespace has been deleted", namespace=key)
-            return
-        try:
-            await self.deleter.delete(key)
-        except ResourcesRemaining as remaining:
-            wait = remaining.estimate // 2 + 1
-            self.log.v(4).info("Content remaining in namespace", namespace=key, waitSeconds=wait)
-            raise RequeueAfter(wait) from None
-
-
-# ------------------------------------------------------------------------------------------------
-# The deleter (deletion/namespaced_resources_deleter.go)
-# ------------------------------------------------------------------------------------------------
 
 
 class ResourcesRemaining(Exception):
@@ -128,15 +44,6 @@ class ResourcesRemaining(Exception):
 
 class NoResourcesDiscovered(Exception):
     """Discovery found nothing at start-up; KCM exits in that case and so does pykcm."""
-
-
-class AggregateError(Exception):
-    """Several errors of one pass, reported together like apimachinery's utilerrors.Aggregate."""
-
-    def __init__(self, errors: list[BaseException]) -> None:
-        self.errors = errors
-        messages = list(dict.fromkeys(str(e) for e in errors))
-        super().__init__(messages[0] if len(messages) == 1 else f"[{', '.join(messages)}]")
 
 
 class UnexpectedItemsRemain(Exception):
@@ -164,26 +71,6 @@ class OperationNotSupportedCache:
 
     def set_not_supported(self, operation: str, gvr: GroupVersionResource) -> None:
         self._unsupported.add((operation, gvr))
-
-
-@dataclass
-class GVRDeletion:
-    """What one resource type left behind after a pass."""
-
-    estimate: int = 0  # seconds to wait; 0 does not mean nothing remains
-    remaining: int = 0
-    finalizers: Counter[str] = field(default_factory=Counter)
-
-
-@dataclass
-class ContentTotals:
-    remaining: dict[GroupVersionResource, int] = field(default_factory=dict)
-    finalizers: Counter[str] = field(default_factory=Counter)
-
-    def add(self, gvr: GroupVersionResource, result: GVRDeletion) -> None:
-        if result.remaining > 0:
-            self.remaining[gvr] = result.remaining
-            self.finalizers.update(result.finalizers)
 
 
 class NamespacedResourcesDeleter:
@@ -439,100 +326,3 @@ def _deletion_timestamp(namespace: Obj) -> datetime | None:
 def _raise_if_any(errors: list[BaseException]) -> None:
     if errors:
         raise AggregateError(errors)
-
-
-# ------------------------------------------------------------------------------------------------
-# Status conditions (deletion/status_condition_utils.go)
-# ------------------------------------------------------------------------------------------------
-
-DISCOVERY_FAILURE = "NamespaceDeletionDiscoveryFailure"
-GV_PARSING_FAILURE = "NamespaceDeletionGroupVersionParsingFailure"
-CONTENT_FAILURE = "NamespaceDeletionContentFailure"
-CONTENT_REMAINING = "NamespaceContentRemaining"
-FINALIZERS_REMAINING = "NamespaceFinalizersRemaining"
-CONDITION_TYPES = (DISCOVERY_FAILURE, GV_PARSING_FAILURE, CONTENT_FAILURE, CONTENT_REMAINING, FINALIZERS_REMAINING)
-# The "ok" form of each condition: status False with this reason and message.
-OK_CONDITIONS = {
-    DISCOVERY_FAILURE: ("ResourcesDiscovered", "All resources successfully discovered"),
-    GV_PARSING_FAILURE: ("ParsedGroupVersions", "All legacy kube types successfully parsed"),
-    CONTENT_FAILURE: ("ContentDeleted", "All content successfully deleted, may be waiting on finalization"),
-    CONTENT_REMAINING: ("ContentRemoved", "All content successfully removed"),
-    FINALIZERS_REMAINING: ("ContentHasNoFinalizers", "All content-preserving finalizers finished"),
-}
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _condition(ctype: str, status: str, reason: str, message: str) -> dict[str, Any]:
-    return {"type": ctype, "status": status, "lastTransitionTime": _now(), "reason": reason, "message": message}
-
-
-class ConditionUpdater:
-    """Collects one pass's failures and turns them into the five deletion conditions."""
-
-    def __init__(self) -> None:
-        self.failures: dict[str, dict[str, Any]] = {}
-        self.delete_content_errors: list[BaseException] = []
-
-    def _fail(self, ctype: str, reason: str, message: str) -> None:
-        self.failures.setdefault(ctype, _condition(ctype, "True", reason, message))
-
-    def discovery_failed(self, err: BaseException) -> None:
-        if isinstance(err, GroupDiscoveryFailed):
-            message = f"Discovery failed for some groups, {len(err.groups)} failing: {err}"
-        else:
-            message = str(err)
-        self._fail(DISCOVERY_FAILURE, "DiscoveryFailed", message)
-
-    def group_version_parsing_failed(self, err: BaseException) -> None:
-        self._fail(GV_PARSING_FAILURE, "GroupVersionParsingFailed", str(err))
-
-    def content_deletion_failed(self, err: BaseException) -> None:
-        self.delete_content_errors.append(err)
-
-    def content_totals(self, totals: ContentTotals) -> None:
-        if totals.remaining:
-            remaining = sorted(
-                f"{gvr.resource}.{gvr.group} has {count} resource instances"
-                for gvr, count in totals.remaining.items()
-                if count
-            )
-            message = f"Some resources are remaining: {', '.join(remaining)}"
-            self._fail(CONTENT_REMAINING, "SomeResourcesRemain", message)
-        if totals.finalizers:
-            by_finalizer = sorted(
-                f"{finalizer} in {count} resource instances" for finalizer, count in totals.finalizers.items() if count
-            )
-            self._fail(
-                FINALIZERS_REMAINING,
-                "SomeFinalizersRemain",
-                f"Some content in the namespace has finalizers remaining: {', '.join(by_finalizer)}",
-            )
-
-    def update(self, namespace: Obj) -> bool:
-        """Write the conditions into namespace.status; True if anything changed."""
-        if self.delete_content_errors:
-            messages = sorted(str(e) for e in self.delete_content_errors)
-            self._fail(
-                CONTENT_FAILURE,
-                "ContentDeletionFailed",
-                f"Failed to delete all resource types, {len(messages)} remaining: {', '.join(messages)}",
-            )
-        status = namespace.setdefault("status", {})
-        conditions: list[dict[str, Any]] = status.get("conditions") or []
-        status["conditions"] = conditions
-        changed = False
-        for ctype in CONDITION_TYPES:
-            new = self.failures.get(ctype) or _condition(ctype, "False", *OK_CONDITIONS[ctype])
-            old = next((c for c in conditions if c.get("type") == ctype), None)
-            if old is None:
-                conditions.append(new)
-                changed = True
-            elif any(old.get(k) != new[k] for k in ("status", "reason", "message")):
-                if old.get("status") != new["status"]:
-                    old["lastTransitionTime"] = new["lastTransitionTime"]  # only a flip moves the time
-                old.update(status=new["status"], reason=new["reason"], message=new["message"])
-                changed = True
-        return changed

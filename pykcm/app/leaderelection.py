@@ -29,14 +29,14 @@ from typing import Any
 
 import aiohttp
 
-from pykcm import metrics
-from pykcm.backoff import jitter
+from pykcm.app import metrics
+from pykcm.app.options import LEADER_ELECTION_JITTER
 from pykcm.client.errors import ApiError, NotFound, TransportError
+from pykcm.client.events import NORMAL, EventRecorder
 from pykcm.client.resources import LEASES
 from pykcm.client.rest import RestClient
-from pykcm.events import NORMAL, EventRecorder
-from pykcm.log import get_logger
-from pykcm.options import LEADER_ELECTION_JITTER
+from pykcm.util.backoff import jitter
+from pykcm.util.log import get_logger
 
 log = get_logger("leaderelection")
 

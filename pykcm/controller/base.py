@@ -1,9 +1,8 @@
-"""The contract between the runtime and a controller, and the plugin registry.
+"""The contract between the runtime and a controller.
 
 A controller is a class with a name, the informers it asks the shared factory for (in its
 constructor), a work queue of string keys, and `sync(key)`. The runtime owns everything
-else: the worker loop, retries with backoff, metrics and shutdown. Controllers are found
-through the `pykcm.controllers` entry-point group, built-ins and third-party alike.
+else: the worker loop, retries with backoff, metrics and shutdown.
 """
 
 from __future__ import annotations
@@ -12,19 +11,18 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from importlib.metadata import entry_points
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from pykcm import metrics
+from pykcm.client.events import EventRecorder
 from pykcm.client.rest import RestClient
-from pykcm.events import EventRecorder
+from pykcm.controller import metrics
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.informers.store import Obj, object_key
-from pykcm.log import get_logger
-from pykcm.options import ControllerInfo, Options
+from pykcm.util.log import get_logger
 from pykcm.workqueue import RateLimiter, RateLimitingQueue, default_controller_rate_limiter
 
-ENTRY_POINT_GROUP = "pykcm.controllers"
+if TYPE_CHECKING:
+    from pykcm.app.options import Options  # the controllers' view of the component configuration
 
 log = get_logger("controller")
 
@@ -94,10 +92,6 @@ class Controller(ABC):
     def queue_label(cls) -> str:
         return cls.queue_name or (cls.aliases[0] if cls.aliases else cls.name)
 
-    @classmethod
-    def info(cls) -> ControllerInfo:
-        return ControllerInfo(cls.name, cls.aliases, cls.enabled_by_default)
-
     def worker_count(self) -> int:
         return int(getattr(self.options, self.workers_option)) if self.workers_option else self.workers
 
@@ -138,23 +132,3 @@ class Controller(ABC):
             elapsed = time.monotonic() - start
             metrics.controller_sync_duration.labels(self.name, result).observe(elapsed)
             self.log.v(4).info("Finished syncing", controller=self.name, key=key, duration=f"{elapsed * 1000:.3f}ms")
-
-
-class PluginError(Exception):
-    pass
-
-
-def discover_controllers() -> dict[str, type[Controller]]:
-    """Every controller class registered under the `pykcm.controllers` entry-point group."""
-    found: dict[str, type[Controller]] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            cls = ep.load()
-        except Exception as err:
-            raise PluginError(f"controller plugin {ep.name!r} ({ep.value}) failed to load: {err}") from None
-        if not (isinstance(cls, type) and issubclass(cls, Controller)):
-            raise PluginError(f"controller plugin {ep.name!r} ({ep.value}) is not a pykcm.controller.Controller")
-        if cls.name in found and found[cls.name] is not cls:
-            raise PluginError(f"two plugins register controller {cls.name!r}")
-        found[cls.name] = cls
-    return found

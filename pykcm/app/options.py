@@ -6,6 +6,7 @@ import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -47,16 +48,24 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{minutes}m{secs}s" if hours else f"{minutes}m{secs}s"
 
 
+class RegisteredController(Protocol):
+    """What the --controllers parser reads of a controller class (or a ControllerInfo)."""
+
+    name: str
+    aliases: tuple[str, ...]
+    enabled_by_default: bool
+
+
 @dataclass(frozen=True)
 class ControllerInfo:
-    """What the --controllers parser needs to know about one registered controller."""
+    """A registered controller described by value, for tests and documentation."""
 
     name: str
     aliases: tuple[str, ...] = ()
     enabled_by_default: bool = True
 
 
-def resolve_controllers(spec: Iterable[str], known: Iterable[ControllerInfo]) -> list[str]:
+def resolve_controllers(spec: Iterable[str], known: Iterable[RegisteredController]) -> list[str]:
     """Evaluate KCM's --controllers list (controller-manager's IsControllerEnabled).
 
     For each controller the first entry naming it wins: `name` enables, `-name` disables. Only
@@ -81,7 +90,7 @@ def resolve_controllers(spec: Iterable[str], known: Iterable[ControllerInfo]) ->
     return [info.name for info in controllers if _controller_enabled(info, entries, canonical, star)]
 
 
-def _controller_enabled(info: ControllerInfo, entries: list[str], canonical: dict[str, str], star: bool) -> bool:
+def _controller_enabled(info: RegisteredController, entries: list[str], canonical: dict[str, str], star: bool) -> bool:
     for entry in entries:
         name = entry.removeprefix("-")
         if name != "*" and canonical[name] == info.name:

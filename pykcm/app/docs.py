@@ -1,7 +1,7 @@
 """Reference tables for the README, generated from the code so they cannot drift.
 
-    python -m pykcm.docs            # print the sections
-    python -m pykcm.docs --write    # rewrite them in README.md between their markers
+    python -m pykcm.app.docs            # print the sections
+    python -m pykcm.app.docs --write    # rewrite them in README.md between their markers
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _flag_default(param: Any) -> str:
@@ -27,7 +27,7 @@ def _flag_default(param: Any) -> str:
 
 def flags_markdown() -> str:
     """The `pykcm run` flags as a Markdown table, straight from the CLI definition."""
-    from pykcm.cli import app
+    from pykcm.app.cli import app
 
     run = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     rows = ["| flag | default | meaning |", "| --- | --- | --- |"]
@@ -44,7 +44,7 @@ def metrics_markdown() -> str:
     """Every metric family pykcm registers, with its type and help."""
     from prometheus_client import REGISTRY
 
-    import pykcm.metrics  # noqa: F401 - registers the runtime's collectors
+    import pykcm.app.manager  # noqa: F401 - imports every layer, which registers its collectors
     from pykcm.controller import discover_controllers
 
     discover_controllers()  # controllers register their own metrics when imported

@@ -8,32 +8,17 @@ timestamps are parsed with `parse_time`.
 
 from __future__ import annotations
 
-import datetime
 import functools
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pykcm.informers.store import Obj
+from pykcm.util.apitime import parse_time
 
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 _PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}  # any other phase counts as Pending
 _INT32 = (-(2**31), 2**31 - 1)
-
-
-def parse_time(value: str | None) -> float | None:
-    """RFC 3339 API timestamp -> Unix seconds; None when absent or unparseable (Go's zero time)."""
-    if not value:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def format_time(seconds: float) -> str:
-    """Unix seconds -> the API's second-precision RFC 3339 form (metav1.Time)."""
-    return datetime.datetime.fromtimestamp(int(seconds), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pod_key(pod: Obj) -> str:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pykcm.log import get_logger
+from pykcm.util.log import get_logger
 
 EXPECTATIONS_TIMEOUT = 5 * 60.0  # KCM's ExpectationsTimeout
 

@@ -1,0 +1,30 @@
+"""REST client metrics under client-go's names (component-base/metrics/prometheus/restclient).
+
+Label values are hosts, verbs and HTTP codes: never object names.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram, disable_created_metrics
+
+disable_created_metrics()
+
+REST_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+rest_client_requests = Counter(
+    "rest_client_requests_total",
+    "Number of HTTP requests, partitioned by status code, method, and host.",
+    ["code", "method", "host"],
+)
+rest_client_request_duration = Histogram(
+    "rest_client_request_duration_seconds",
+    "Request latency in seconds. Broken down by verb, and host.",
+    ["verb", "host"],
+    buckets=REST_BUCKETS,
+)
+rest_client_rate_limiter_duration = Histogram(
+    "rest_client_rate_limiter_duration_seconds",
+    "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+    ["verb", "host"],
+    buckets=REST_BUCKETS,
+)

@@ -1,0 +1,19 @@
+"""Controllers and what they share: the contract with the runtime and the plugin registry, and
+KCM's controller helpers (``pkg/controller``): expectations, controller references, pod control,
+pod and selector utilities, the stale-cache check.
+
+A controller plugin needs only what this package exports: ``Controller``, ``ControllerContext``,
+``RequeueAfter``.
+"""
+
+from pykcm.controller.base import Controller, ControllerContext, RequeueAfter
+from pykcm.controller.registry import ENTRY_POINT_GROUP, PluginError, discover_controllers
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Controller",
+    "ControllerContext",
+    "PluginError",
+    "RequeueAfter",
+    "discover_controllers",
+]

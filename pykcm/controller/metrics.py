@@ -1,0 +1,19 @@
+"""Per-controller sync metrics, recorded by the worker loop every controller shares."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram, disable_created_metrics
+
+from pykcm.client.metrics import REST_BUCKETS
+
+disable_created_metrics()
+
+controller_sync_duration = Histogram(
+    "pykcm_controller_sync_duration_seconds",
+    "Duration of one sync(key) call, by controller and result.",
+    ["controller", "result"],
+    buckets=REST_BUCKETS,
+)
+controller_sync_errors = Counter(
+    "pykcm_controller_sync_errors_total", "Syncs that returned an error and were re-queued.", ["controller"]
+)

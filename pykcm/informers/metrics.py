@@ -1,0 +1,16 @@
+"""Reflector and informer metrics, by resource."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, disable_created_metrics
+
+disable_created_metrics()
+
+informer_events = Counter(
+    "pykcm_informer_events_total", "Watch events received, by resource and event type.", ["resource", "type"]
+)
+informer_relists = Counter("pykcm_informer_relists_total", "Full LISTs performed by a reflector.", ["resource"])
+informer_resource_version = Gauge(
+    "pykcm_informer_last_resource_version", "Last resourceVersion a reflector synced to.", ["resource"]
+)
+informer_objects = Gauge("pykcm_informer_objects", "Objects held in an informer's cache.", ["resource"])

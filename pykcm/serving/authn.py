@@ -1,0 +1,120 @@
+"""Delegated authentication, as controller-manager's BuildHandlerChain does it: a client
+certificate signed by the cluster's client CA, else a bearer token checked with a TokenReview,
+else anonymous. Answers are cached for 10 s (rejections too), so a scraper costs the apiserver at
+most one TokenReview per token every 10 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from pykcm.client.errors import ApiError, TransportError
+from pykcm.client.rest import RestClient
+from pykcm.util.log import get_logger
+from pykcm.util.ttlcache import TTLCache
+
+log = get_logger("server")
+
+ANONYMOUS_USER = "system:anonymous"
+UNAUTHENTICATED_GROUP = "system:unauthenticated"
+AUTHENTICATED_GROUP = "system:authenticated"
+REVIEW_CACHE_TTL = 10.0  # KCM: --authentication-token-webhook-cache-ttl and the authz allow/deny TTLs
+_MISSING: Any = object()
+
+
+class Unauthenticated(Exception):
+    """The request carried credentials the apiserver did not accept."""
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    name: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: dict[str, list[str]] = field(default_factory=dict, hash=False, compare=False)
+
+
+ANONYMOUS = UserInfo(ANONYMOUS_USER, groups=(UNAUTHENTICATED_GROUP,))
+
+
+def _authenticated(user: UserInfo) -> UserInfo:
+    """Every authenticated user is in system:authenticated (apiserver's AuthenticatedGroupAdder)."""
+    if AUTHENTICATED_GROUP in user.groups:
+        return user
+    return UserInfo(user.name, user.uid, (*user.groups, AUTHENTICATED_GROUP), user.extra)
+
+
+class DelegatingAuthenticator:
+    """Client certificate, else bearer token via TokenReview, else anonymous."""
+
+    def __init__(self, client: RestClient | None, cache_ttl: float = REVIEW_CACHE_TTL) -> None:
+        self.client = client
+        self._cache: TTLCache[str, UserInfo | None] = TTLCache(cache_ttl)
+
+    async def authenticate(self, request: web.Request) -> UserInfo:
+        user = _certificate_user(request)
+        if user is not None:
+            return user
+        token = bearer_token(request.headers.get("Authorization", ""))
+        if token is None:
+            return ANONYMOUS
+        return await self._review_token(token)
+
+    async def _review_token(self, token: str) -> UserInfo:
+        key = hashlib.sha256(token.encode()).hexdigest()  # the cache holds no usable tokens
+        user = self._cache.get(key, _MISSING)
+        if user is _MISSING:
+            user = await self._token_review(token)
+            self._cache.put(key, user)  # rejections too, so a bad token cannot hammer the apiserver
+        if user is None:
+            raise Unauthenticated("token not accepted")
+        return user
+
+    async def _token_review(self, token: str) -> UserInfo | None:
+        if self.client is None:
+            return None
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        try:
+            review = await self.client.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body)
+        except (ApiError, TransportError) as err:
+            log.error(err, "Unable to authenticate the request (TokenReview failed)")
+            raise Unauthenticated(str(err)) from None
+        status = review.get("status") or {}
+        if not status.get("authenticated"):
+            return None
+        user = status.get("user") or {}
+        return _authenticated(
+            UserInfo(
+                name=user.get("username", ""),
+                uid=user.get("uid", ""),
+                groups=tuple(user.get("groups") or ()),
+                extra={k: list(v) for k, v in (user.get("extra") or {}).items()},
+            )
+        )
+
+
+def bearer_token(header: str) -> str | None:
+    parts = header.split(" ")
+    if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
+        return None
+    return parts[1]
+
+
+def _certificate_user(request: web.Request) -> UserInfo | None:
+    """The user of a verified client certificate: CN is the name, each O a group."""
+    ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+    cert = ssl_object.getpeercert() if ssl_object is not None else None
+    if not cert:
+        return None  # no certificate, or no client CA configured (then nothing is verified)
+    name, groups = "", []
+    for rdn in cert.get("subject", ()):
+        for attr, value in rdn:
+            if attr == "commonName":
+                name = value
+            elif attr == "organizationName":
+                groups.append(value)
+    return _authenticated(UserInfo(name, groups=tuple(groups))) if name else None

@@ -1,0 +1,77 @@
+"""Delegated authorization: privileged groups and the always-allowed paths pass, everything else
+asks the apiserver with a SubjectAccessReview (answers cached for 10 s)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from pykcm.client.rest import RestClient
+from pykcm.serving.authn import REVIEW_CACHE_TTL, UserInfo
+from pykcm.util.ttlcache import TTLCache
+
+PRIVILEGED_GROUPS = ("system:masters",)  # KCM's --authorization-always-allow-groups default
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str = ""
+
+
+class DelegatingAuthorizer:
+    """Privileged groups, then always-allowed paths, then a SubjectAccessReview."""
+
+    def __init__(
+        self,
+        client: RestClient | None,
+        always_allow_paths: Iterable[str],
+        always_allow_groups: Iterable[str] = PRIVILEGED_GROUPS,
+        cache_ttl: float = REVIEW_CACHE_TTL,
+    ) -> None:
+        self.client = client
+        self.always_allow_paths = tuple(always_allow_paths)
+        self.always_allow_groups = frozenset(always_allow_groups)
+        self._cache: TTLCache[bytes, Decision] = TTLCache(cache_ttl)
+
+    async def authorize(self, user: UserInfo, verb: str, path: str) -> Decision:
+        if self.always_allow_groups.intersection(user.groups):
+            return Decision(True)
+        if path_allowed(path, self.always_allow_paths):
+            return Decision(True)
+        if self.client is None:
+            return Decision(False, "no authorization configured")
+        spec = {
+            "user": user.name,
+            "uid": user.uid,
+            "groups": list(user.groups),
+            "extra": user.extra,
+            "nonResourceAttributes": {"path": path, "verb": verb},
+        }
+        key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+        decision = self._cache.get(key)
+        if decision is None:
+            decision = await self._subject_access_review(spec)
+            self._cache.put(key, decision)
+        return decision
+
+    async def _subject_access_review(self, spec: dict[str, Any]) -> Decision:
+        assert self.client is not None
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        review = await self.client.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
+        status = review.get("status") or {}
+        return Decision(bool(status.get("allowed")) and not status.get("denied"), status.get("reason", ""))
+
+
+def path_allowed(path: str, patterns: Sequence[str]) -> bool:
+    """apiserver's path authorizer: exact match, or prefix match for a pattern ending in `*`."""
+    for pattern in patterns:
+        if pattern.endswith("*"):
+            if path.startswith(pattern[:-1]):
+                return True
+        elif path == pattern:
+            return True
+    return False
