@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -19,26 +17,6 @@ from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials
 from tests.support import admin_client
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
-CHECKOUT_CONTROLLERS = Path(__file__).parents[1] / "controllers"
-
-
-def _import_checkout_controllers() -> None:
-    """`python -m pytest` imports pykcm from the checkout, where the built-in controllers live in
-    the top-level controllers/ folder that the wheel installs as `pykcm.controllers`: map it the
-    same way, so tests run the checkout's controllers whatever pykcm was installed from."""
-    spec = importlib.util.find_spec("pykcm.controllers")
-    if spec is not None and spec.origin == str(CHECKOUT_CONTROLLERS / "__init__.py"):
-        return  # an editable install already maps it
-    init, search = CHECKOUT_CONTROLLERS / "__init__.py", [str(CHECKOUT_CONTROLLERS)]
-    spec = importlib.util.spec_from_file_location("pykcm.controllers", init, submodule_search_locations=search)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["pykcm.controllers"] = module
-    spec.loader.exec_module(module)
-
-
-_import_checkout_controllers()
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

@@ -1,7 +1,10 @@
-"""Find or build the real kube-apiserver, kube-controller-manager, etcd and kubectl binaries.
+"""Find or build the real Kubernetes binaries of the local cluster.
 
-`KUBEBUILDER_ASSETS` (the envtest convention) wins; otherwise the Go module shipped in
-`gomod/` is built once per content hash into the user cache.
+`KUBEBUILDER_ASSETS` (the envtest convention) wins for what it holds; everything else is built
+from the Go module shipped in `gomod/` (one `go build` for all that is missing, so they share
+compiled packages) into a user-cache directory named by the module's content hash. The core
+(kube-apiserver, etcd, kube-controller-manager, kubectl) is built on first use; kube-scheduler
+only once a cluster with nodes is asked for.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from .gobuild import cache_dir, find_go, format_duration, is_executable, locked,
 KUBERNETES_VERSION = "v1.36.3"
 GOMOD_DIR = Path(__file__).parent / "gomod"
 APISERVER, KCM, ETCD, KUBECTL = "kube-apiserver", "kube-controller-manager", "etcd", "kubectl"
-COMPONENTS = (APISERVER, KCM, ETCD, KUBECTL)
+SCHEDULER = "kube-scheduler"
+CORE = (APISERVER, KCM, ETCD, KUBECTL)
 _LDFLAGS = " ".join(
     [
         "-s -w",
@@ -39,32 +43,50 @@ class Binaries:
     etcd: Path
     kcm: Path | None = None
     kubectl: Path | None = None
+    scheduler: Path | None = None
 
 
-def ensure_binaries(need_kcm: bool = False, log: Callable[[str], None] = print, need_kubectl: bool = False) -> Binaries:
+def ensure_binaries(
+    need_kcm: bool = False,
+    log: Callable[[str], None] = print,
+    need_kubectl: bool = False,
+    need_scheduler: bool = False,
+) -> Binaries:
     assets = os.environ.get("KUBEBUILDER_ASSETS")
     if assets:
-        return _from_assets(Path(assets), need_kcm, need_kubectl, log)
-    built = _ensure_built(log)
-    return Binaries(apiserver=built / APISERVER, etcd=built / ETCD, kcm=built / KCM, kubectl=built / KUBECTL)
+        return _from_assets(Path(assets), need_kcm, need_kubectl, need_scheduler, log)
+    built = _ensure_built((*CORE, SCHEDULER) if need_scheduler else CORE, log)
+    return Binaries(
+        apiserver=built / APISERVER,
+        etcd=built / ETCD,
+        kcm=built / KCM,
+        kubectl=built / KUBECTL,
+        scheduler=built / SCHEDULER if need_scheduler else None,
+    )
 
 
-def _from_assets(assets: Path, need_kcm: bool, need_kubectl: bool, log: Callable[[str], None]) -> Binaries:
+def _from_assets(
+    assets: Path, need_kcm: bool, need_kubectl: bool, need_scheduler: bool, log: Callable[[str], None]
+) -> Binaries:
     missing = [name for name in (APISERVER, ETCD) if not is_executable(assets / name)]
     if missing:
         raise BuildError(f"KUBEBUILDER_ASSETS={assets} has no executable {' or '.join(missing)}")
+    # envtest assets hold kubectl at most, never the KCM or the scheduler: build what is needed and missing.
+    wanted = {KCM: need_kcm, KUBECTL: need_kubectl, SCHEDULER: need_scheduler}
+    to_build = tuple(name for name, needed in wanted.items() if needed and not is_executable(assets / name))
+    built = _ensure_built(to_build, log) if to_build else None
 
-    def optional(name: str, needed: bool) -> Path | None:
-        # envtest assets usually hold kubectl but never the KCM; build what is needed and missing.
+    def optional(name: str) -> Path | None:
         if is_executable(assets / name):
             return assets / name
-        return _ensure_built(log) / name if needed else None
+        return built / name if built is not None and name in to_build else None
 
     return Binaries(
         apiserver=assets / APISERVER,
         etcd=assets / ETCD,
-        kcm=optional(KCM, need_kcm),
-        kubectl=optional(KUBECTL, need_kubectl),
+        kcm=optional(KCM),
+        kubectl=optional(KUBECTL),
+        scheduler=optional(SCHEDULER),
     )
 
 
@@ -85,37 +107,40 @@ def source_hash() -> str:
     return digest.hexdigest()[:12]
 
 
-def _ensure_built(log: Callable[[str], None]) -> Path:
-    root = cache_root()
-    target = root / f"{KUBERNETES_VERSION}-{source_hash()}"
-    if _complete(target):
+def _ensure_built(components: tuple[str, ...], log: Callable[[str], None]) -> Path:
+    """The cache directory holding at least `components`, building what it lacks."""
+    target = cache_root() / f"{KUBERNETES_VERSION}-{source_hash()}"
+    if not _missing(target, components):
         return target
     with locked(target.with_name(target.name + ".lock")):
-        # Another process may have finished the build while we waited for the lock.
-        if not _complete(target):
-            _build(target, log)
+        # Another process may have built some of them while we waited for the lock.
+        if missing := _missing(target, components):
+            _build(target, missing, log)
     return target
 
 
-def _complete(directory: Path) -> bool:
-    return all(is_executable(directory / name) for name in COMPONENTS)
+def _missing(directory: Path, components: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(name for name in components if not is_executable(directory / name))
 
 
-def _build(target: Path, log: Callable[[str], None]) -> None:
+def _build(target: Path, components: tuple[str, ...], log: Callable[[str], None]) -> None:
     go = find_go()
     log_path = target.with_name(target.name + ".build.log")
+    names = ", ".join(components)
     log(
-        f"building {', '.join(COMPONENTS)} {KUBERNETES_VERSION} from k8s.io/kubernetes: a one-time cost of "
-        f"several minutes (about 9 on 2 cores); log: {log_path}"
+        f"building {names} {KUBERNETES_VERSION} from k8s.io/kubernetes: a one-time cost of several minutes "
+        f"(about 10 on 2 cores for the control plane); log: {log_path}"
     )
     started = time.monotonic()
+    target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
         src, out = Path(tmp) / "src", Path(tmp) / "bin"
         # The installed package may be read-only and `go build -mod=mod` may rewrite go.sum.
         shutil.copytree(GOMOD_DIR, src)
-        argv = [go, "build", "-v", "-trimpath", "-o", f"{out}/", "-ldflags", _LDFLAGS, *(f"./{c}" for c in COMPONENTS)]
-        run_go(argv, what="the control plane", cwd=src, log_path=log_path, log=log, env={"GOFLAGS": "-mod=mod"})
-        if not _complete(out):
-            raise BuildError(f"go build finished without producing all of {', '.join(COMPONENTS)}; see {log_path}")
-        os.replace(out, target)
-    log(f"built {KUBERNETES_VERSION} control plane in {format_duration(time.monotonic() - started)} -> {target}")
+        argv = [go, "build", "-v", "-trimpath", "-o", f"{out}/", "-ldflags", _LDFLAGS, *(f"./{c}" for c in components)]
+        run_go(argv, what=names, cwd=src, log_path=log_path, log=log, env={"GOFLAGS": "-mod=mod"})
+        if missing := _missing(out, components):
+            raise BuildError(f"go build finished without producing {', '.join(missing)}; see {log_path}")
+        for name in components:
+            os.replace(out / name, target / name)
+    log(f"built {names} {KUBERNETES_VERSION} in {format_duration(time.monotonic() - started)} -> {target}")

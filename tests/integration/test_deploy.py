@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import venv
+import zipfile
 from pathlib import Path
 
 import kubernetes_validate
@@ -161,10 +162,13 @@ def test_image_recipe_installs_the_wheel_and_runs_from_it_alone(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "serviceaccount-controller" in result.stdout
     installed = subprocess.run(
-        [env_dir / "bin" / "python", "-c", "import pykcm, controllers; print(pykcm.__file__, controllers.__file__)"],
+        [env_dir / "bin" / "python", "-c",
+         "import pykcm, pykcm.controllers; print(pykcm.__file__, pykcm.controllers.__file__)"],
         capture_output=True, text=True, cwd="/", check=True,
     ).stdout
     assert str(env_dir) in installed and str(ROOT) not in installed  # ran from the wheel, not the checkout
+    with zipfile.ZipFile(wheel) as archive:  # the built-in controllers install under pykcm only
+        assert not [n for n in archive.namelist() if n.startswith("controllers/")]
 
 
 # -- RBAC is proven sufficient by running the controller scenarios under it -----------------------
