@@ -8,6 +8,7 @@ Results live in the user cache, one directory per input, completed atomically un
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.util
 import os
 import re
@@ -16,7 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -127,15 +128,32 @@ def _count_lines(proc: subprocess.Popen[str], log_file: object, counts: dict[str
             counts["compiled"] += 1
 
 
-def ensure_go_install(package: str, version: str, *, log: Log, cgo: bool = False, tags: Sequence[str] = ()) -> Path:
+def ensure_go_install(
+    package: str,
+    version: str,
+    *,
+    log: Log,
+    cgo: bool = False,
+    tags: Sequence[str] = (),
+    replace: Mapping[str, str] | None = None,
+) -> Path:
     """`go install package@version` (built in the tool's own module) into a cache directory.
 
     Returns the binary's path. Tools such as kwok pin Kubernetes dependencies of their own,
     which is why they are built from their module and not from the control plane's.
+
+    `go install package@version` refuses a module whose go.mod has replace directives. For such
+    a tool pass them as `replace` ({"old/module": "new/module vX"}, copied from its go.mod): the
+    package is then built in a throwaway module that requires package@version (package must be
+    the module's path) with those replacements, which selects the same versions as the tool's own.
     """
     name = package.rstrip("/").rsplit("/", 1)[-1]
     tag_part = f"-{'+'.join(tags)}" if tags else ""
-    target = cache_dir() / "tools" / f"{name}-{version}{tag_part}"
+    replace_part = ""
+    if replace:
+        digest = hashlib.sha256(repr(sorted(replace.items())).encode()).hexdigest()[:8]
+        replace_part = f"-r{digest}"
+    target = cache_dir() / "tools" / f"{name}-{version}{tag_part}{replace_part}"
     if is_executable(target / name):
         return target / name
     with locked(target.with_name(target.name + ".lock")):
@@ -147,13 +165,19 @@ def ensure_go_install(package: str, version: str, *, log: Log, cgo: bool = False
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
             out = Path(tmp) / "bin"
-            argv = [go, "install", "-v", "-trimpath"]
-            if tags:
-                argv += ["-tags", ",".join(tags)]
             env = {"GOBIN": str(out), "CGO_ENABLED": "1" if cgo else "0"}
-            run_go([*argv, f"{package}@{version}"], what=name, cwd=Path(tmp), log_path=log_path, log=log, env=env)
+            tag_args = ["-tags", ",".join(tags)] if tags else []
+            if replace:
+                lines = ["module pykcm.local/tool-build", "", f"go {'.'.join(map(str, GO_MINIMUM))}", "",
+                         f"require {package} {version}", ""]
+                lines += [f"replace {old} => {new}" for old, new in sorted(replace.items())]
+                (Path(tmp) / "go.mod").write_text("\n".join(lines) + "\n")
+                argv = [go, "build", "-v", "-trimpath", "-mod=mod", *tag_args, "-o", str(out / name), package]
+            else:
+                argv = [go, "install", "-v", "-trimpath", *tag_args, f"{package}@{version}"]
+            run_go(argv, what=name, cwd=Path(tmp), log_path=log_path, log=log, env=env)
             if not is_executable(out / name):
-                raise BuildError(f"go install {package}@{version} produced no {name}; see {log_path}")
+                raise BuildError(f"building {package}@{version} produced no {name}; see {log_path}")
             os.replace(out, target)
         log(f"built {name} {version} in {format_duration(time.monotonic() - started)} -> {target / name}")
     return target / name

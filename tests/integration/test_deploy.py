@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 COMPONENTS = ("service-account-credentials", "prometheus")
 K8S_VERSION = "1.36.0"  # kubernetes-validate's schema for the minor we build
-KINDS_WITHOUT_SCHEMA = {"ServiceMonitor"}  # a CRD of the Prometheus Operator
+KINDS_WITHOUT_SCHEMA = {"ServiceMonitor", "PrometheusRule"}  # CRDs of the Prometheus Operator
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,15 @@ def test_service_monitor_scrapes_metrics_over_https_with_a_bearer_token(kubectl)
     assert endpoint["scheme"] == "https" and endpoint["path"] == "/metrics" and endpoint["bearerTokenFile"]
     reader = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "pykcm:metrics-reader")
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def test_prometheus_component_renders_the_alerting_rules_unchanged(kubectl):
+    """kustomize must pass the rules through as promtool tested them (its namespace and label
+    transformers leave a PrometheusRule's spec alone)."""
+    objects = render_deploy(kubectl, DEPLOY, ("prometheus",))
+    rule = next(o for o in objects if o["kind"] == "PrometheusRule")
+    assert rule["metadata"]["namespace"] == "kube-system"
+    assert rule["spec"] == yaml.safe_load((DEPLOY / "prometheus" / "rules" / "pykcm-alerts.yaml").read_text())
 
 
 def test_deployment_is_hardened_and_probed(kubectl):

@@ -1,0 +1,230 @@
+"""deploy/grafana's dashboard: Grafana's dashboard-linter, valid PromQL (promtool), and only the
+metrics pykcm exports.
+
+dashboard-linter is built from its Go module. Where a module it needs cannot be downloaded, the
+linter test skips and the tests below it still hold the dashboard to the linter's rules (read
+from its source at the pinned version and restated here): templated datasource, job and
+instance; every panel on the templated datasource, titled, described and with a unit; every
+selector matching job=~"$job" and instance=~"$instance"; rates over $__rate_interval; counters
+only under rate, irate or increase; not editable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pykcm.testenv.gobuild import BuildError, ensure_go_install
+from tests.promql import TARGET_LABELS, exported_series, metric_names, promtool, selectors
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "deploy" / "grafana" / "pykcm-dashboard.json"
+
+LINTER_MODULE = "github.com/grafana/dashboard-linter"
+LINTER_VERSION = "v0.2.0"  # the newest release on the Go module proxy when this was written
+# The replace directive of dashboard-linter's own go.mod at LINTER_VERSION (`go install` refuses it).
+LINTER_REPLACE = {
+    "github.com/hashicorp/memberlist": "github.com/grafana/memberlist v0.3.1-0.20251126142931-6f9f62ab6f86",
+}
+
+PANELS_WITH_QUERIES = {"timeseries", "stat", "gauge", "table", "graph", "singlestat", "state-timeline"}
+UNITS = {"none", "short", "percent", "percentunit", "s", "ms", "bytes", "ops", "reqps", "bool"}
+RATE_INTERVAL = "$__rate_interval"
+# What the dashboard must show (the issue's list); process_* come from prometheus-client.
+REQUIRED_METRICS = {
+    "leader_election_master_status", "running_managed_controllers",
+    "workqueue_depth", "workqueue_adds_total", "workqueue_retries_total",
+    "workqueue_queue_duration_seconds_bucket", "workqueue_work_duration_seconds_bucket",
+    "pykcm_controller_sync_errors_total", "pykcm_controller_sync_duration_seconds_bucket",
+    "rest_client_requests_total", "rest_client_request_duration_seconds_bucket",
+    "rest_client_rate_limiter_duration_seconds_bucket",
+    "pykcm_informer_objects", "pykcm_informer_events_total", "pykcm_informer_relists_total",
+    "process_cpu_seconds_total", "process_resident_memory_bytes",
+}  # fmt: skip
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text())
+
+
+def panels() -> list[dict[str, Any]]:
+    """Every panel, including those inside collapsed rows."""
+    found = []
+    for panel in dashboard()["panels"]:
+        found.append(panel)
+        found.extend(panel.get("panels", []))
+    return found
+
+
+def query_panels() -> list[dict[str, Any]]:
+    return [p for p in panels() if p["type"] in PANELS_WITH_QUERIES]
+
+
+def targets() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    for panel in query_panels():
+        for target in panel["targets"]:
+            yield panel, target
+
+
+def template(name: str) -> dict[str, Any]:
+    return next(t for t in dashboard()["templating"]["list"] if t["name"] == name)
+
+
+def label_values_query(var: dict[str, Any]) -> tuple[str, str]:
+    """(series selector, label) of a `label_values(selector, label)` variable query."""
+    query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+    match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
+    assert match, f"variable {var['name']}: {query!r} is not label_values(selector, label)"
+    return match.group(1), match.group(2)
+
+
+# -- Grafana's own linter -----------------------------------------------------------------------------
+
+
+def _refused_module(message: str) -> str | None:
+    """module@version a module download was refused for, from a BuildError and its build log."""
+    log = re.search(r"full output in (\S+)", message)
+    text = message + (Path(log.group(1)).read_text(errors="replace") if log and Path(log.group(1)).exists() else "")
+    if "not available" not in text and not re.search(r": (403|404|410) ", text):
+        return None
+    refused = re.search(r"(\S+@v\S+): reading \S+: (?:403|404|410)", text)
+    return refused.group(1) if refused else "a module"
+
+
+def test_dashboard_passes_grafana_dashboard_linter(capsys):
+    def log(message: str) -> None:
+        with capsys.disabled():
+            print(f"\n[dashboard-linter] {message}", flush=True)
+
+    try:
+        linter = ensure_go_install(LINTER_MODULE, LINTER_VERSION, log=log, replace=LINTER_REPLACE)
+    except BuildError as err:
+        refused = _refused_module(str(err))
+        if refused is None:
+            raise
+        pytest.skip(f"dashboard-linter {LINTER_VERSION} cannot be built here: the Go module proxy refuses {refused}")
+    result = subprocess.run(
+        [linter, "lint", "--strict", "--verbose", str(DASHBOARD)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_refused_module_is_read_from_the_build_log(tmp_path):
+    log = tmp_path / "build.log"
+    log.write_text(
+        "lint/v2.go:9:2: example.com/dep@v0.0.0-2026: reading https://proxy.invalid/example.com/dep/@v/"
+        "v0.0.0-2026.zip: 403 Forbidden\n\tserver response: This module version is not available.\n"
+    )
+    message = f"building x failed (exit 1): This module version is not available.; full output in {log}"
+    assert _refused_module(message) == "example.com/dep@v0.0.0-2026"
+    assert _refused_module("building x failed (exit 2): undefined: foo; full output in /nonexistent") is None
+
+
+# -- the linter's rules, restated -------------------------------------------------------------------
+
+
+def test_templates_are_datasource_job_and_instance():
+    datasource = template("datasource")
+    assert (datasource["type"], datasource["query"], datasource["label"]) == ("datasource", "prometheus", "Data source")
+    assert [t["type"] for t in dashboard()["templating"]["list"] if t["type"] == "datasource"] == ["datasource"]
+    for name in ("job", "instance"):
+        var = template(name)
+        assert var["type"] == "query" and var["label"] == name.title()
+        assert var["datasource"]["uid"] in ("$datasource", "${datasource}")
+        assert var["multi"] is True and var["allValue"] == ".+"
+        assert var["refresh"] == 2  # on time range change
+        assert label_values_query(var)[1] == name
+    assert template("job")["current"]["value"] == ["pykcm-metrics"]  # the ServiceMonitor's job
+    assert label_values_query(template("instance"))[0] == 'up{job=~"$job"}'
+
+
+def test_dashboard_is_not_editable_and_has_a_stable_uid():
+    board = dashboard()
+    assert board["editable"] is False
+    assert board["uid"] == "pykcm" and board["title"]
+
+
+@pytest.mark.parametrize("panel", query_panels(), ids=lambda p: p["title"])
+def test_panel_uses_the_templated_datasource_and_is_described(panel):
+    assert panel["datasource"]["uid"] == "${datasource}"
+    assert panel["title"] and panel["description"]
+    assert panel["fieldConfig"]["defaults"]["unit"] in UNITS
+    assert panel["targets"], "a panel with no targets"
+    assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"])
+    for target in panel["targets"]:
+        assert target["datasource"]["uid"] == "${datasource}"
+
+
+def test_panels_have_unique_ids_and_do_not_overlap():
+    ids = [p["id"] for p in panels()]
+    assert len(ids) == len(set(ids))
+    taken: set[tuple[int, int]] = set()
+    for panel in panels():
+        pos = panel["gridPos"]
+        assert pos["x"] + pos["w"] <= 24
+        cells = {(pos["x"] + dx, pos["y"] + dy) for dx in range(pos["w"]) for dy in range(pos["h"])}
+        assert not cells & taken, f"{panel['title']} overlaps another panel"
+        taken |= cells
+
+
+@pytest.mark.parametrize(("panel", "target"), list(targets()), ids=lambda x: x.get("title") or x.get("refId"))
+def test_target_filters_on_job_and_instance_and_rates_over_rate_interval(panel, target):
+    expr = target["expr"]
+    found = selectors(expr)
+    assert found
+    for selector in found:
+        for label in ("job", "instance"):
+            matcher = selector.matcher(label)
+            assert matcher is not None and (matcher.op, matcher.value) == ("=~", f"${label}"), selector
+    for function, window in re.findall(r"\b(\w+)\((?:[^()]*?)\[([^\]]+)\]", expr):
+        if function in ("rate", "irate"):
+            assert window == RATE_INTERVAL, expr
+    # Counters only as the direct argument of rate, irate or increase.
+    for match in re.finditer(r"(\w+_total)\{", expr):
+        before = expr[: match.start()]
+        assert re.search(r"\b(rate|irate|increase)\(\s*$", before), f"{match.group(1)} not under rate/irate/increase"
+
+
+# -- PromQL and metrics -----------------------------------------------------------------------------
+
+
+def dashboard_exprs() -> dict[str, str]:
+    """Every query of the dashboard (panel targets and variable queries), by a readable name."""
+    exprs = {f"{panel['title']} {target['refId']}": target["expr"] for panel, target in targets()}
+    for name in ("job", "instance"):
+        exprs[f"variable {name}"] = label_values_query(template(name))[0]
+    return exprs
+
+
+def test_every_query_is_valid_promql(tmp_path):
+    """promtool parses each query as a recording rule, with Grafana's variables expanded."""
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": expr.replace(RATE_INTERVAL, "2m")}
+        for i, expr in enumerate(dashboard_exprs().values())
+    ]
+    path = tmp_path / "dashboard-queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_queries_name_only_metrics_and_labels_pykcm_exports():
+    exported = exported_series()
+    for name, expr in dashboard_exprs().items():
+        assert metric_names(expr) - exported.keys() == set(), f"{name} names unknown metrics"
+        for selector in selectors(expr):
+            assert selector.metric in exported, selector
+            unknown = {m.label for m in selector.matchers} - exported[selector.metric].labels - TARGET_LABELS
+            assert unknown == set(), f"{name}: {selector.metric} has no label {unknown}"
+
+
+def test_dashboard_shows_what_operators_need():
+    used = set().union(*(metric_names(expr) for expr in dashboard_exprs().values()))
+    assert REQUIRED_METRICS - used == set()
