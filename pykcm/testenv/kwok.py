@@ -44,7 +44,7 @@ POD_CIDR = ipaddress.ip_network("10.240.0.0/12")  # 1M fake pod IPs; also kwok's
 NODE_CIDR_PREFIX = 24  # 254 pod IPs per node, above its 110-pod capacity
 NODE_IPS = ipaddress.ip_network("127.1.0.0/16")  # loopback: see the module docstring
 MAX_NODES = 2 ** (NODE_CIDR_PREFIX - POD_CIDR.prefixlen)  # 4096
-NODE_LEASE_SECONDS = 40  # the kubelet's default; kwok renews every quarter of it
+NODE_LEASE_SECONDS = 40  # the kubelet's default; kwok renews every quarter of it (0: no Leases)
 READY_TIMEOUT = 30.0
 
 # kwok ignores unknown keys without a word: a typo in `matchExpressions` makes a stage match
@@ -139,7 +139,9 @@ def check_stages(path: Path) -> None:
             raise ControlPlaneError(f"kwok stages {path}: stage {name!r} {problem}")
 
 
-def kwok_argv(binary: Path, kubeconfig: Path, stages: Path, workdir: Path, port: int, log_level: str) -> list[str]:
+def kwok_argv(
+    binary: Path, kubeconfig: Path, stages: Path, workdir: Path, port: int, log_level: str, lease_seconds: int
+) -> list[str]:
     return [
         # KWOK_WORKDIR keeps kwok from also loading ~/.kwok/kwok.yaml; env execs, so the PID is kwok's.
         shutil.which("env") or "/usr/bin/env",
@@ -151,7 +153,7 @@ def kwok_argv(binary: Path, kubeconfig: Path, stages: Path, workdir: Path, port:
         f"--manage-nodes-with-annotation-selector={MANAGED_ANNOTATION}={MANAGED_VALUE}",
         f"--cidr={POD_CIDR}",
         f"--node-ip={LOOPBACK}",  # InternalIP for a managed node created without addresses
-        f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+        f"--node-lease-duration-seconds={lease_seconds}",
         # Without an address kwok serves nothing; with one it serves /healthz and /metrics.
         f"--server-address={LOOPBACK}:{port}",
         f"--v={log_level}",
@@ -164,11 +166,14 @@ def start_kwok(
     *,
     stages: Path | str = STAGES_FILE,
     log_level: str = "WARN",
+    node_lease_seconds: int = NODE_LEASE_SECONDS,
     log: Log = print,
 ) -> ManagedProcess:
     """Start kwok against `kubeconfig`, with its log in DIR/logs/kwok.log and its PID in
     DIR/kwok.json; return once it serves /healthz. Raises a one-line ControlPlaneError (kwok's
-    own reason and the log path) if it exits, e.g. because it rejects a stage."""
+    own reason and the log path) if it exits, e.g. because it rejects a stage.
+    Node Leases cost the apiserver and etcd about half a core per 1,000 nodes; without them
+    (`node_lease_seconds=0`) KCM's node-lifecycle would find nodes stale between heartbeats."""
     directory = Path(directory).resolve()
     stages = Path(stages).resolve()
     check_stages(stages)
@@ -177,7 +182,7 @@ def start_kwok(
     workdir = directory / KWOK
     workdir.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    argv = kwok_argv(binary, Path(kubeconfig).resolve(), stages, workdir, port, log_level)
+    argv = kwok_argv(binary, Path(kubeconfig).resolve(), stages, workdir, port, log_level, node_lease_seconds)
     proc = _spawn(KWOK, argv, directory / "logs", port)
     (directory / STATE_FILE).write_text(json.dumps(proc.to_json(), indent=2) + "\n")
     deadline = time.monotonic() + READY_TIMEOUT
@@ -249,6 +254,8 @@ async def create_nodes(
 ) -> list[str]:
     """Create `prefix-0` .. `prefix-{count-1}` (existing ones are kept) and wait until all are
     Ready. `target` is a client or a kubeconfig path; pass `kwok` for its reason in a timeout."""
+    if count:
+        node_pod_cidr(count - 1)  # too many nodes: fail before creating any
     client, owned = _client(target)
     names = [f"{prefix}-{i}" for i in range(count)]
     limit = asyncio.Semaphore(concurrency)

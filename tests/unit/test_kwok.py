@@ -106,7 +106,7 @@ def test_check_stages_refuses_what_kwok_would_silently_ignore(tmp_path: Path, mu
 
 
 def test_kwok_listens_on_loopback_only_and_manages_annotated_nodes() -> None:
-    argv = kwok_argv(Path("/bin/kwok"), Path("/kc"), Path("/stages.yaml"), Path("/wd"), 4321, "WARN")
+    argv = kwok_argv(Path("/bin/kwok"), Path("/kc"), Path("/stages.yaml"), Path("/wd"), 4321, "WARN", 40)
 
     assert argv[1:3] == ["KWOK_WORKDIR=/wd", "/bin/kwok"]
     assert "--server-address=127.0.0.1:4321" in argv
