@@ -45,6 +45,8 @@ RESOURCEQUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota")
 REPLICASETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 SERVICES = Resource("", "v1", "services", "Service")
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+JOBS = Resource("batch", "v1", "jobs", "Job")
 CUSTOMRESOURCEDEFINITIONS = Resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
 )
