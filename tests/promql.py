@@ -92,7 +92,7 @@ def exported_series() -> dict[str, Exported]:
     built-in controllers are imported: counters as name_total, histograms as _bucket/_count/_sum."""
     from prometheus_client import REGISTRY
 
-    from pykcm import docs
+    from pykcm.app import docs
 
     # The README's metrics table must list every metric, so what it imports to build the table
     # (the runtime's modules and every registered controller) registers every collector.

@@ -28,8 +28,9 @@ from pykcm.client.resources import LEASES, NODES
 from pykcm.client.rest import RestClient
 
 from .build import KUBERNETES_VERSION
-from .controlplane import LOOPBACK, STOP_TIMEOUT, ManagedProcess, _free_port, _http_get, _spawn
-from .gobuild import ControlPlaneError, Log, ensure_go_install
+from .errors import ControlPlaneError
+from .gobuild import Log, ensure_go_install
+from .processes import LOOPBACK, STOP_TIMEOUT, ManagedProcess, free_port, http_get, spawn
 
 KWOK_PACKAGE = "sigs.k8s.io/kwok/cmd/kwok"
 KWOK_VERSION = "v0.8.0"
@@ -181,13 +182,13 @@ def start_kwok(
     stop_kwok(directory)  # a kwok left behind by an earlier run in this directory
     workdir = directory / KWOK
     workdir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     argv = kwok_argv(binary, Path(kubeconfig).resolve(), stages, workdir, port, log_level, node_lease_seconds)
-    proc = _spawn(KWOK, argv, directory / "logs", port)
+    proc = spawn(KWOK, argv, directory / "logs", port)
     (directory / STATE_FILE).write_text(json.dumps(proc.to_json(), indent=2) + "\n")
     deadline = time.monotonic() + READY_TIMEOUT
     try:
-        while _http_get(f"http://{LOOPBACK}:{port}/healthz", None)[0] != 200:
+        while http_get(f"http://{LOOPBACK}:{port}/healthz", None)[0] != 200:
             if not proc.alive():
                 raise ControlPlaneError(f"kwok exited during startup: {last_error(proc)} (log: {proc.log_path})")
             if time.monotonic() > deadline:

@@ -14,8 +14,8 @@ MAX_MODULE_LINES = 450
 # Lower layers first; a module may import from its own layer and those below.
 LAYERS = {
     "pykcm.util": 0,
-    "pykcm.testenv": 1,
     "pykcm.client": 1,
+    "pykcm.testenv": 2,
     "pykcm.informers": 2,
     "pykcm.workqueue": 2,
     "pykcm.controller": 3,
