@@ -39,7 +39,7 @@ async def default_sa_appears(kubeconfig: Path | str) -> None:
 async def test_run_syncs_caches_works_and_stops_cleanly_on_sigterm(control_plane, tmp_path):
     proc = PykcmProcess(
         "--kubeconfig", str(control_plane.kubeconfig), "--controllers", "serviceaccount", "--v", "2",
-        log_path=tmp_path / "pykcm.util.log",
+        log_path=tmp_path / "pykcm.log",
     )
     try:
         await proc.wait_for_log("Caches are synced")
