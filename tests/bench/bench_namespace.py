@@ -136,7 +136,7 @@ async def measure(client: RestClient, widgets: Any, work: Workload, pid: int) ->
 async def run_pykcm(plane: ControlPlane, client: RestClient, widgets: Any, work: Workload, logs: Path) -> Result:
     # Same set-up as the testenv's KCM: no leader election, each controller as its own ServiceAccount.
     proc = PykcmProcess("--kubeconfig", str(plane.kubeconfig), "--controllers", CONTROLLERS, "--no-leader-elect",
-                        "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.util.log")
+                        "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.log")
     try:
         await proc.wait_for_log('"Starting workers" controller="namespace-controller"', 60)
         return await measure(client, widgets, work, proc.pid)

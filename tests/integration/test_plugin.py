@@ -42,7 +42,7 @@ async def test_installed_plugin_runs_when_enabled(control_plane, plugin_path, tm
     ns = await create_namespace(client, "plugin")
     proc = PykcmProcess(
         "--kubeconfig", str(control_plane.kubeconfig), "--controllers", "greeter", "--leader-elect=false",
-        log_path=tmp_path / "pykcm.util.log", env=pykcm_env(plugin_path),
+        log_path=tmp_path / "pykcm.log", env=pykcm_env(plugin_path),
     )
     try:
         await proc.wait_for_log("Caches are synced")
