@@ -53,6 +53,14 @@ async def client(control_plane: ControlPlane) -> AsyncIterator[RestClient]:
 
 
 @pytest.fixture(scope="session")
+def cluster_with_nodes(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
+    """A cluster with nodes, shared by the session: kube-controller-manager running every
+    controller pykcm does not, kube-scheduler, and three kwok nodes (pods become Running)."""
+    with running(tmp_path_factory.mktemp("cluster"), log=_terminal_log(pytestconfig), nodes=3) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
     with running(tmp_path_factory.mktemp("control-plane"), log=_terminal_log(pytestconfig)) as plane:
         mode = os.environ.get(CREDENTIALS_ENV, "admin")

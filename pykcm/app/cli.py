@@ -8,7 +8,7 @@ import enum
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -40,6 +40,11 @@ app.add_typer(testenv_app, name="testenv")
 
 log = logging_setup.get_logger("cli")
 
+if TYPE_CHECKING:
+    from pykcm.testenv.controlplane import ControlPlane
+
+LOCAL_WATCH_PERIOD = 2.0  # how often `run --local` checks that its cluster's processes live
+
 _defaults = Options()
 
 
@@ -66,7 +71,8 @@ def run(
     kube_api_qps: Annotated[float, typer.Option(help="QPS to use while talking with the Kubernetes API server.")] = _defaults.kube_api_qps,
     kube_api_burst: Annotated[int, typer.Option(help="Burst to use while talking with the Kubernetes API server.")] = _defaults.kube_api_burst,
     min_resync_period: Annotated[str, typer.Option(help="Resync period of informers: random between this and twice this.")] = format_duration(_defaults.min_resync_period),
-    local: Annotated[bool, typer.Option("--local", help="Start a real local control plane (etcd + kube-apiserver) and run against it.")] = False,
+    local: Annotated[bool, typer.Option("--local", help="Start a real local cluster (etcd, kube-apiserver, kube-controller-manager with every other controller, kube-scheduler, simulated nodes) and run against it.")] = False,
+    local_nodes: Annotated[int, typer.Option(min=0, help="Simulated nodes of the --local cluster; 0 for a bare apiserver without scheduler or KCM.")] = 3,
     use_service_account_credentials: Annotated[bool, typer.Option("--use-service-account-credentials/--no-use-service-account-credentials", help="Run each controller as its own ServiceAccount in kube-system (tokens from TokenRequest); shared informers keep the main credentials.")] = False,
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect", help="Run leader election (a Lease) and start controllers only while leading. KCM's --leader-elect=false also works.")] = _defaults.leader_elect,
     leader_elect_lease_duration: Annotated[str, typer.Option(help="How long a standby waits after the last observed renewal before taking over.")] = format_duration(_defaults.leader_elect_lease_duration),
@@ -134,24 +140,38 @@ def run(
         if options.bind_address == _defaults.bind_address:
             options.bind_address = "127.0.0.1"  # a developer's machine: serve on loopback like the control plane
 
-        with running(log=lambda msg: print(msg, file=sys.stderr)) as plane:
-            print(f"Local control plane is up. kubeconfig: {plane.kubeconfig}", flush=True)
-            print(f"  kubectl --kubeconfig {plane.kubeconfig} get pods -A", flush=True)
+        with running(log=lambda msg: print(msg, file=sys.stderr), nodes=local_nodes) as plane:
+            print(_try_this(plane, local_nodes), flush=True)
             options.kubeconfig = str(plane.kubeconfig)
-            _run_manager(options, classes)
+            _run_manager(options, classes, watch=plane)
     else:
         _run_manager(options, classes)
 
 
-def _run_manager(options: Options, classes: list) -> None:
+def _try_this(plane: ControlPlane, nodes: int) -> str:
+    kubectl = f"{plane.binaries.kubectl or 'kubectl'} --kubeconfig {plane.kubeconfig}"
+    lines = [f"Local cluster is up. kubeconfig: {plane.kubeconfig}", "Try this:"]
+    if nodes:
+        lines += [
+            f"  {kubectl} create deployment web --image=nginx --replicas=3",
+            f"  {kubectl} get deployment,replicaset,pods -o wide",
+            f"  {kubectl} scale deployment web --replicas=5",
+            f"  {kubectl} delete deployment web",
+        ]
+    else:
+        lines += [f"  {kubectl} create namespace demo", f"  {kubectl} get serviceaccounts -n demo"]
+    return "\n".join(lines)
+
+
+def _run_manager(options: Options, classes: list, watch: ControlPlane | None = None) -> None:
     from pykcm.app.manager import Manager
     from pykcm.client.config import load_config
 
     config = load_config(options.kubeconfig, options.master)
-    asyncio.run(_serve(Manager(options, config, classes)))
+    asyncio.run(_serve(Manager(options, config, classes), watch))
 
 
-async def _serve(manager) -> None:
+async def _serve(manager, watch: ControlPlane | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -163,7 +183,29 @@ async def _serve(manager) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
-    await manager.run(stop)
+    watchdog = asyncio.create_task(_watch_local_cluster(watch, stop)) if watch else None
+    try:
+        await manager.run(stop)
+    finally:
+        if watchdog:
+            watchdog.cancel()
+    if watch and (dead := watch.dead_processes()):
+        raise LocalClusterFailed(dead)
+
+
+class LocalClusterFailed(Exception):
+    def __init__(self, dead: list) -> None:
+        names = ", ".join(f"{p.name} (log: {p.log_path})" for p in dead)
+        super().__init__(f"the local cluster lost {names}; stopping")
+
+
+async def _watch_local_cluster(plane: ControlPlane, stop: asyncio.Event) -> None:
+    """`run --local` stops, saying which, when a process of its cluster dies: never hangs."""
+    while not stop.is_set():
+        await asyncio.sleep(LOCAL_WATCH_PERIOD)
+        for proc in plane.dead_processes():
+            log.error(None, "Local cluster process exited, shutting down", process=proc.name, log=str(proc.log_path))
+            stop.set()
 
 
 @app.command("controllers")
@@ -187,11 +229,12 @@ def version() -> None:
 def testenv_start(
     directory: Annotated[Path, typer.Option("--dir", help="Directory for state, certificates, logs and kubeconfig.")],
     kcm_controllers: Annotated[str | None, typer.Option(help="Also start the real kube-controller-manager with --controllers=LIST.")] = None,
+    nodes: Annotated[int, typer.Option(min=0, help="Simulated nodes (kwok), with kube-scheduler and kube-controller-manager running every controller pykcm does not; 0 for a bare apiserver.")] = 0,
 ) -> None:
-    """Start etcd and kube-apiserver on 127.0.0.1; returns once /readyz is OK."""
+    """Start etcd and kube-apiserver on 127.0.0.1 (and with --nodes a whole cluster); returns once it is ready."""
     from pykcm.testenv.controlplane import start
 
-    plane = start(directory, kcm_controllers=kcm_controllers, log=lambda msg: typer.echo(msg, err=True))
+    plane = start(directory, kcm_controllers=kcm_controllers, nodes=nodes, log=lambda msg: typer.echo(msg, err=True))
     typer.echo(str(plane.kubeconfig))
 
 
@@ -209,7 +252,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pykcm.client.config import ConfigError
     from pykcm.controller import PluginError
 
-    errors: list[type[BaseException]] = [ConfigError, ManagerError, PluginError, OSError]
+    errors: list[type[BaseException]] = [ConfigError, ManagerError, PluginError, LocalClusterFailed, OSError]
     with contextlib.suppress(ImportError):
         from pykcm.testenv.errors import ControlPlaneError  # BuildError is one of these
 
@@ -247,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         if type(err).__name__ == "NoArgsIsHelpError":
             typer.echo(err.ctx.get_help() if err.ctx else "", err=True)
             return 2
-        hint = f" (see 'pykcm {err.ctx.command.name} --help')" if err.ctx and err.ctx.command.name != "pykcm" else ""
+        hint = f" (see '{err.ctx.command_path} --help')" if err.ctx and err.ctx.command.name != "pykcm" else ""
         print(f"pykcm: error: {err.format_message()}{hint}", file=sys.stderr)
         return 2
     except ClickException as err:

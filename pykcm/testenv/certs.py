@@ -1,5 +1,5 @@
 """TLS material for the local control plane: one CA, the apiserver serving cert, client certs
-for the admin and for kube-controller-manager, and the service-account signing key pair."""
+for the admin, kube-controller-manager and kube-scheduler, and the service-account signing key pair."""
 
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ class Pki:
     admin_key: Path
     kcm_cert: Path
     kcm_key: Path
+    scheduler_cert: Path
+    scheduler_key: Path
     front_proxy_cert: Path
     front_proxy_key: Path
     sa_key: Path
@@ -73,6 +75,7 @@ def ensure_pki(directory: Path) -> Pki:
     _issue(pki.apiserver_cert, pki.apiserver_key, ca_cert, ca_key, _name("kube-apiserver"), server=True)
     _issue(pki.admin_cert, pki.admin_key, ca_cert, ca_key, _name("pykcm-admin", "system:masters"), server=False)
     _issue(pki.kcm_cert, pki.kcm_key, ca_cert, ca_key, _name("system:kube-controller-manager"), server=False)
+    _issue(pki.scheduler_cert, pki.scheduler_key, ca_cert, ca_key, _name("system:kube-scheduler"), server=False)
     # Lets the apiserver publish the request-header CA that delegated authn (KCM) expects.
     _issue(pki.front_proxy_cert, pki.front_proxy_key, ca_cert, ca_key, _name(FRONT_PROXY_CN), server=False)
     _write_sa_keys(pki)

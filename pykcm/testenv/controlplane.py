@@ -25,6 +25,7 @@ import yaml
 from .build import KUBERNETES_VERSION, Binaries, ensure_binaries
 from .certs import FRONT_PROXY_CN, Pki, ensure_pki, kubeconfig
 from .errors import ControlPlaneError
+from .nodes import KCM_CONTROLLERS, check_node_count, start_simulated_nodes
 from .processes import (
     LOOPBACK,
     STOP_TIMEOUT,
@@ -70,6 +71,7 @@ class ControlPlane:
         self.pki = Pki.at(self.directory / "pki")
         self.kubeconfig = self.directory / "kubeconfig"
         self.kcm_kubeconfig = self.directory / "kcm.kubeconfig"
+        self.scheduler_kubeconfig = self.directory / "scheduler.kubeconfig"
         self._log = log
 
     # ----- addresses and credentials
@@ -247,6 +249,7 @@ class ControlPlane:
         for path, cert, key, user in (
             (self.kubeconfig, pki.admin_cert, pki.admin_key, "pykcm-admin"),
             (self.kcm_kubeconfig, pki.kcm_cert, pki.kcm_key, "kube-controller-manager"),
+            (self.scheduler_kubeconfig, pki.scheduler_cert, pki.scheduler_key, "kube-scheduler"),
         ):
             config = kubeconfig(self.apiserver_url, pki.ca_cert, cert, key, user)
             write_private_file(path, yaml.safe_dump(config, sort_keys=False))
@@ -266,18 +269,40 @@ class ControlPlane:
 
     def _start_kcm_once(self, controllers: str, extra_args: Sequence[str]) -> ManagedProcess:
         name, port = self._kcm_name(), free_port()
-        proc = spawn(name, self._kcm_argv(controllers, port, extra_args), self.logs_dir, port)
+        url, context = f"https://{LOOPBACK}:{port}/healthz", unverified_context()
+        return self.start_component(
+            name,
+            self._kcm_argv(controllers, port, extra_args),
+            lambda: http_get(url, context)[0] == 200,
+            KCM_READY_TIMEOUT,
+            port,
+        )
+
+    def start_component(
+        self, name: str, argv: Sequence[str], ready: Callable[[], bool], timeout: float, port: int | None = None
+    ) -> ManagedProcess:
+        """Start one more process of the cluster, record it in the state file and wait until
+        `ready()`; a process that fails to start is stopped and forgotten again."""
+        proc = spawn(name, argv, self.logs_dir, port)
         self.processes[name] = proc
         self._save()
-        url, context = f"https://{LOOPBACK}:{port}/healthz", unverified_context()
         try:
-            wait_ready(proc, lambda: http_get(url, context)[0] == 200, KCM_READY_TIMEOUT)
+            wait_ready(proc, ready, timeout)
         except BaseException:
             proc.stop(timeout=5.0)
             del self.processes[name]
             self._save()
             raise
         return proc
+
+    def adopt(self, proc: ManagedProcess) -> None:
+        """Record a process started elsewhere (kwok) so that `stop` stops it too."""
+        self.processes[proc.name] = proc
+        self._save()
+
+    def dead_processes(self) -> list[ManagedProcess]:
+        """Processes of this cluster that have exited (a crashed scheduler, kwok, KCM ...)."""
+        return [proc for proc in self.processes.values() if not proc.alive()]
 
     def _kcm_argv(self, controllers: str, port: int, extra_args: Sequence[str]) -> list[str]:
         return [
@@ -311,11 +336,13 @@ class ControlPlane:
 
     # ----- whole control plane
 
-    def _start(self, kcm_controllers: str | None, kcm_args: Sequence[str]) -> None:
+    def _start(self, kcm_controllers: str | None, kcm_args: Sequence[str], nodes: int) -> None:
         ensure_pki(self.pki.ca_cert.parent)
         retry_on_port_clash(self._start_etcd, lambda: self._repick("etcd_client", "etcd_peer"))
         retry_on_port_clash(self._start_apiserver_fresh, lambda: self._repick("apiserver"))
-        if kcm_controllers:
+        if nodes:
+            start_simulated_nodes(self, nodes, kcm_controllers or KCM_CONTROLLERS, kcm_args, self._log)
+        elif kcm_controllers:
             self.start_kcm(kcm_controllers, kcm_args)
 
     def _start_apiserver_fresh(self) -> None:
@@ -328,8 +355,10 @@ class ControlPlane:
             self.ports[name] = free_port()
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        """Stop every process this control plane started (KCMs, then the apiserver, then etcd)."""
-        stop_all(self.kcm_processes(), timeout)
+        """Stop every process this cluster started: its clients first (kwok, the scheduler, KCMs),
+        then the apiserver, then etcd."""
+        clients = [p for n, p in self.processes.items() if n not in (APISERVER, ETCD)]
+        stop_all(clients, timeout)
         stop_all([p for n, p in self.processes.items() if n == APISERVER], timeout)
         stop_all([p for n, p in self.processes.items() if n == ETCD], timeout)
         self._save(running=False)
@@ -341,19 +370,25 @@ def start(
     kcm_args: Sequence[str] = (),
     log: Log = print,
     apiserver_args: Sequence[str] = (),
+    nodes: int = 0,
 ) -> ControlPlane:
     """Start etcd and kube-apiserver (and kube-controller-manager when `kcm_controllers` is
     given) with state in `directory`; return once the apiserver is ready. `apiserver_args` are
-    appended to the kube-apiserver command line (later flags win) and kept across restarts."""
+    appended to the kube-apiserver command line (later flags win) and kept across restarts.
+
+    `nodes` > 0 makes it a cluster with nodes: the real kube-controller-manager running every
+    controller pykcm does not (KCM_CONTROLLERS, unless `kcm_controllers` says otherwise),
+    kube-scheduler, and that many simulated nodes played by kwok."""
+    check_node_count(nodes)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     _refuse_if_running(directory)
-    binaries = ensure_binaries(need_kcm=bool(kcm_controllers), log=log)
+    binaries = ensure_binaries(need_kcm=bool(kcm_controllers or nodes), need_scheduler=nodes > 0, log=log)
     ports = {"etcd_client": free_port(), "etcd_peer": free_port(), "apiserver": free_port()}
     plane = ControlPlane(directory, binaries, ports, log=log, apiserver_args=apiserver_args)
     started = time.monotonic()
     try:
-        plane._start(kcm_controllers, kcm_args)
+        plane._start(kcm_controllers, kcm_args, nodes)
     except BaseException:
         plane.stop(timeout=5.0)
         raise

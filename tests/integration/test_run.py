@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pykcm.client.errors import NotFound
-from pykcm.client.resources import NAMESPACES, SERVICEACCOUNTS
+from pykcm.client.resources import DEPLOYMENTS, NAMESPACES, SERVICEACCOUNTS
 from tests.support import PykcmProcess, admin_client, create_namespace, free_port, https_get, wait_for
 
 pytestmark = pytest.mark.integration
@@ -115,3 +115,42 @@ def _listening_addresses(port: int) -> set[str]:
         if state == "0A" and int(hex_port, 16) == port:  # 0A = LISTEN
             addresses.add(".".join(str(b) for b in reversed(bytes.fromhex(host))))
     return addresses
+
+
+async def test_run_local_is_a_cluster_with_nodes_and_stops_when_one_of_its_processes_dies(tmp_path):
+    """`pykcm run --local` as the README shows it: a Deployment gets Running, Ready pods; when the
+    scheduler dies pykcm says which process and stops the whole cluster instead of hanging."""
+    proc = PykcmProcess("--local", "--local-nodes", "2", log_path=tmp_path / "local.log")
+    try:
+        await proc.wait_for_log("Caches are synced", timeout=900)  # a cold machine builds first
+        assert "Try this:" in proc.log() and "create deployment web" in proc.log()
+        kubeconfig = Path(re.search(r"kubeconfig: (\S+)", proc.log()).group(1))
+        state = json.loads((kubeconfig.parent / "testenv.json").read_text())
+        processes = state["processes"]
+        assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} <= set(processes)
+        client = admin_client(kubeconfig)
+        try:
+            ns = await create_namespace(client, "local")
+            body = {
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                "spec": {
+                    "replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                                 "spec": {"containers": [{"name": "web", "image": "nginx"}]}},
+                },
+            }
+            await client.create(DEPLOYMENTS, body, namespace=ns)
+
+            async def available() -> bool:
+                status = (await client.get(DEPLOYMENTS, "web", namespace=ns)).get("status", {})
+                return status.get("availableReplicas") == 3
+
+            await wait_for(available, timeout=120, message="3 available replicas")
+        finally:
+            await client.close()
+        os.kill(processes["kube-scheduler"]["pid"], signal.SIGKILL)
+        assert await proc.wait(60) == 1, proc.log()[-2000:]
+        assert "pykcm: error: the local cluster lost kube-scheduler" in proc.log()
+        assert not any(_alive(p["pid"]) for p in processes.values()), "the local cluster outlived pykcm"
+    finally:
+        proc.kill()
