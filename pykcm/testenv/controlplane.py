@@ -393,7 +393,8 @@ def start(
         plane.stop(timeout=5.0)
         raise
     plane._save()
-    log(f"local control plane {KUBERNETES_VERSION} ready at {plane.apiserver_url} in {time.monotonic() - started:.1f}s")
+    what = f"local cluster with {nodes} nodes" if nodes else "local control plane"
+    log(f"{what} {KUBERNETES_VERSION} ready at {plane.apiserver_url} in {time.monotonic() - started:.1f}s")
     return plane
 
 
