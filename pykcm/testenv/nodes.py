@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .errors import ControlPlaneError
 from .gobuild import Log
 from .kwok import MAX_NODES, create_nodes, start_kwok
-from .processes import LOOPBACK, free_port, http_get, unverified_context
+from .processes import LOOPBACK, free_port, http_get, retry_on_port_clash, unverified_context
 
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
@@ -50,15 +50,16 @@ def start_simulated_nodes(
 
 def start_scheduler(plane: ControlPlane) -> None:
     assert plane.binaries.scheduler is not None, "ensure_binaries(need_scheduler=True) first"
-    port = free_port()
-    url, context = f"https://{LOOPBACK}:{port}/healthz", unverified_context()
-    plane.start_component(
-        SCHEDULER,
-        scheduler_argv(plane.binaries.scheduler, plane.scheduler_kubeconfig, port),
-        lambda: http_get(url, context)[0] == 200,
-        SCHEDULER_READY_TIMEOUT,
-        port,
-    )
+    scheduler = plane.binaries.scheduler
+
+    def start_once() -> None:
+        port = free_port()  # picked again if another process takes it first
+        url, context = f"https://{LOOPBACK}:{port}/healthz", unverified_context()
+        ready = lambda: http_get(url, context)[0] == 200  # noqa: E731
+        argv = scheduler_argv(scheduler, plane.scheduler_kubeconfig, port)
+        plane.start_component(SCHEDULER, argv, ready, SCHEDULER_READY_TIMEOUT, port)
+
+    retry_on_port_clash(start_once, lambda: None)
 
 
 def scheduler_argv(binary: Path, kubeconfig: Path, port: int) -> list[str]:
