@@ -51,7 +51,7 @@ def overlay(tmp_path: Path, components: tuple[str, ...]) -> Path:
 def test_every_rendered_manifest_validates_strictly(kubectl, components):
     objects = render_deploy(kubectl, DEPLOY, components)
     kinds = {o["kind"] for o in objects}
-    assert {"ServiceAccount", "ClusterRole", "Deployment", "PodDisruptionBudget", "Service"} <= kinds
+    assert {"ServiceAccount", "ClusterRole", "DaemonSet", "PodDisruptionBudget", "Service"} <= kinds
     for obj in objects:
         if obj["kind"] in KINDS_WITHOUT_SCHEMA:
             continue
@@ -76,11 +76,12 @@ def test_prometheus_component_renders_the_alerting_rules_unchanged(kubectl):
     assert rule["spec"] == yaml.safe_load((DEPLOY / "prometheus" / "rules" / "pykcm-alerts.yaml").read_text())
 
 
-def test_deployment_is_hardened_and_probed(kubectl):
-    deployment = next(o for o in render_deploy(kubectl, DEPLOY, ()) if o["kind"] == "Deployment")
-    spec = deployment["spec"]["template"]["spec"]
+def test_workload_is_hardened_and_probed(kubectl):
+    daemonset = next(o for o in render_deploy(kubectl, DEPLOY, ()) if o["kind"] == "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
     container = spec["containers"][0]
-    assert deployment["spec"]["replicas"] == 2
+    assert spec["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}  # where KCM runs
+    assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert spec["priorityClassName"] == "system-cluster-critical"
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -91,9 +92,28 @@ def test_deployment_is_hardened_and_probed(kubectl):
     }
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
-    assert container["ports"][0]["containerPort"] == 10257
+    # On the host network beside kube-controller-manager (10257), so a port of its own.
+    assert container["ports"][0]["containerPort"] == 10357 and "--secure-port=10357" in container["args"]
     assert "--leader-elect=true" in container["args"]
-    assert spec["affinity"]["podAntiAffinity"] and spec["topologySpreadConstraints"]
+
+
+# Pods of these are created by the ReplicaSet controller (Deployment -> ReplicaSet -> Pod), which is
+# pykcm: a cluster that hands that controller to pykcm could never start pykcm from them.
+NEEDS_PYKCM = {"Deployment", "ReplicaSet"}
+WORKLOADS = {"Deployment", "ReplicaSet", "ReplicationController", "DaemonSet", "StatefulSet", "Job", "CronJob", "Pod"}
+
+
+@pytest.mark.parametrize("components", [(), ("service-account-credentials",), COMPONENTS])
+def test_pykcm_can_start_without_itself(kubectl, components):
+    """Bootstrap-safe: pykcm's own workload must not need a ReplicaSet controller."""
+    workloads = [o for o in render_deploy(kubectl, DEPLOY, components) if o["kind"] in WORKLOADS]
+    assert [o["kind"] for o in workloads] == ["DaemonSet"]
+    assert not NEEDS_PYKCM & {o["kind"] for o in workloads}
+
+
+def test_disruption_budget_lets_a_drain_take_one_pod_at_a_time(kubectl):
+    budget = next(o for o in render_deploy(kubectl, DEPLOY, ()) if o["kind"] == "PodDisruptionBudget")
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": "pykcm"}}}
 
 
 @pytest.mark.parametrize("components", [(), ("service-account-credentials",)])
@@ -104,7 +124,7 @@ def test_kustomization_applies_with_server_side_dry_run(control_plane, kubectl, 
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert "deployment.apps/pykcm created (server dry run)" in result.stdout
+    assert "daemonset.apps/pykcm created (server dry run)" in result.stdout
 
 
 def test_kind_config_hands_our_controllers_over_and_real_kcm_accepts_its_flag(tmp_path):

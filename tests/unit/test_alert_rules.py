@@ -51,8 +51,8 @@ def job_label() -> str:
 
 
 def lease_name() -> str:
-    deployment = load_yaml(ROOT / "deploy" / "deployment.yaml")
-    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    daemonset = load_yaml(ROOT / "deploy" / "daemonset.yaml")
+    args = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
     return next(a.split("=", 1)[1] for a in args if a.startswith("--leader-elect-resource-name="))
 
 
