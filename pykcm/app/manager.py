@@ -23,6 +23,7 @@ from pykcm.app.leaderelection import (
     LeaseLock,
     new_identity,
 )
+from pykcm.app.looplag import measure_event_loop_lag
 from pykcm.app.options import Options
 from pykcm.client.config import ClientConfig, load_config
 from pykcm.client.errors import ApiError, TransportError
@@ -68,6 +69,7 @@ class Manager:
         self._service_accounts: ServiceAccountClientBuilder | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
+        lag = asyncio.create_task(measure_event_loop_lag(), name="event-loop lag")
         try:
             await self._wait_for_apiserver()
             await self._start_server()
@@ -76,6 +78,7 @@ class Manager:
             else:
                 await self._run_controllers(stop)
         finally:
+            lag.cancel()
             if self.server is not None:
                 await self.server.stop()
             for client in (*self._extra_clients, self.client):
