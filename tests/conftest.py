@@ -52,6 +52,14 @@ async def client(control_plane: ControlPlane) -> AsyncIterator[RestClient]:
     await api.close()
 
 
+@pytest.fixture
+async def nodes_client(cluster_with_nodes: ControlPlane) -> AsyncIterator[RestClient]:
+    """An admin API client of the cluster with nodes."""
+    api = admin_client(cluster_with_nodes.kubeconfig)
+    yield api
+    await api.close()
+
+
 @pytest.fixture(scope="session")
 def cluster_with_nodes(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
     """A cluster with nodes, shared by the session: kube-controller-manager running every

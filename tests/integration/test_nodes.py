@@ -4,24 +4,15 @@ pykcm running its controllers."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from pykcm.client.resources import DEPLOYMENTS, NAMESPACES, NODES, PODS, REPLICASETS, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
 from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.nodes import KCM_CONTROLLERS
-from tests.support import admin_client, create_namespace, is_gone, running_manager, wait_for
+from tests.support import create_namespace, is_gone, running_manager, wait_for
 
 pytestmark = pytest.mark.nodes
-
-
-@pytest.fixture
-async def api(cluster_with_nodes: ControlPlane) -> AsyncIterator[RestClient]:
-    client = admin_client(cluster_with_nodes.kubeconfig)
-    yield client
-    await client.close()
 
 
 def deployment(name: str, replicas: int, image: str = "nginx") -> dict:
@@ -38,8 +29,8 @@ def deployment(name: str, replicas: int, image: str = "nginx") -> dict:
     }
 
 
-async def ready_pods(api: RestClient, namespace: str, app: str) -> list[dict]:
-    pods = (await api.list(PODS, namespace=namespace, label_selector=f"app={app}"))["items"]
+async def ready_pods(client: RestClient, namespace: str, app: str) -> list[dict]:
+    pods = (await client.list(PODS, namespace=namespace, label_selector=f"app={app}"))["items"]
     return [
         p for p in pods
         if p["status"].get("phase") == "Running"
@@ -48,56 +39,56 @@ async def ready_pods(api: RestClient, namespace: str, app: str) -> list[dict]:
     ]
 
 
-async def available(api: RestClient, namespace: str, name: str, replicas: int) -> bool:
-    status = (await api.get(DEPLOYMENTS, name, namespace=namespace)).get("status", {})
+async def available(client: RestClient, namespace: str, name: str, replicas: int) -> bool:
+    status = (await client.get(DEPLOYMENTS, name, namespace=namespace)).get("status", {})
     return status.get("availableReplicas") == replicas and status.get("updatedReplicas") == replicas
 
 
-async def test_nodes_are_ready_and_untainted(api: RestClient) -> None:
+async def test_nodes_are_ready_and_untainted(nodes_client: RestClient) -> None:
     async def schedulable() -> list[dict]:
-        nodes = (await api.list(NODES, label_selector="kwok.x-k8s.io/node=fake"))["items"]
+        nodes = (await nodes_client.list(NODES, label_selector="kwok.x-k8s.io/node=fake"))["items"]
         return [n for n in nodes if not n["spec"].get("taints")]
 
     assert len(await wait_for(schedulable, timeout=90, message="three untainted kwok nodes")) == 3
 
 
 async def test_a_deployment_gets_ready_pods_scales_and_is_garbage_collected(
-    cluster_with_nodes: ControlPlane, api: RestClient
+    cluster_with_nodes: ControlPlane, nodes_client: RestClient
 ) -> None:
-    namespace = await create_namespace(api, "web")
+    namespace = await create_namespace(nodes_client, "web")
     async with running_manager(cluster_with_nodes.kubeconfig):
-        await api.create(DEPLOYMENTS, deployment("web", 3), namespace=namespace)
-        await wait_for(lambda: available(api, namespace, "web", 3), timeout=90, message="3 available replicas")
-        pods = await ready_pods(api, namespace, "web")
+        await nodes_client.create(DEPLOYMENTS, deployment("web", 3), namespace=namespace)
+        await wait_for(lambda: available(nodes_client, namespace, "web", 3), timeout=90, message="3 available replicas")
+        pods = await ready_pods(nodes_client, namespace, "web")
         assert len(pods) == 3 and all(p["spec"].get("nodeName") and p["status"].get("podIP") for p in pods)
 
-        await api.patch(DEPLOYMENTS, "web", {"spec": {"replicas": 5}}, namespace=namespace)
-        await wait_for(lambda: available(api, namespace, "web", 5), timeout=90, message="5 available replicas")
+        await nodes_client.patch(DEPLOYMENTS, "web", {"spec": {"replicas": 5}}, namespace=namespace)
+        await wait_for(lambda: available(nodes_client, namespace, "web", 5), timeout=90, message="5 available replicas")
 
-        await api.delete(DEPLOYMENTS, "web", namespace=namespace)
+        await nodes_client.delete(DEPLOYMENTS, "web", namespace=namespace)
 
         async def no_pods_or_replicasets() -> bool:
-            left = await api.list(PODS, namespace=namespace)
-            sets = await api.list(REPLICASETS, namespace=namespace)
+            left = await nodes_client.list(PODS, namespace=namespace)
+            sets = await nodes_client.list(REPLICASETS, namespace=namespace)
             return not left["items"] and not sets["items"]
 
         await wait_for(no_pods_or_replicasets, timeout=120, message="the garbage collector removing pods")
 
 
 async def test_a_namespace_with_workloads_is_drained_and_a_new_one_gets_its_service_account(
-    cluster_with_nodes: ControlPlane, api: RestClient
+    cluster_with_nodes: ControlPlane, nodes_client: RestClient
 ) -> None:
     async with running_manager(cluster_with_nodes.kubeconfig):
-        namespace = await create_namespace(api, "drain", service_account=False)
-        await wait_for(lambda: _has_default_sa(api, namespace), timeout=30, message="the default ServiceAccount")
-        await api.create(DEPLOYMENTS, deployment("app", 4), namespace=namespace)
-        await wait_for(lambda: available(api, namespace, "app", 4), timeout=90, message="4 available replicas")
-        await api.delete(NAMESPACES, namespace)
-        await wait_for(lambda: is_gone(api, NAMESPACES, namespace), timeout=120, message="the namespace gone")
+        namespace = await create_namespace(nodes_client, "drain", service_account=False)
+        await wait_for(lambda: _has_default_sa(nodes_client, namespace), timeout=30, message="default ServiceAccount")
+        await nodes_client.create(DEPLOYMENTS, deployment("app", 4), namespace=namespace)
+        await wait_for(lambda: available(nodes_client, namespace, "app", 4), timeout=90, message="4 available replicas")
+        await nodes_client.delete(NAMESPACES, namespace)
+        await wait_for(lambda: is_gone(nodes_client, NAMESPACES, namespace), timeout=120, message="the namespace gone")
 
 
-async def _has_default_sa(api: RestClient, namespace: str) -> bool:
-    accounts = await api.list(SERVICEACCOUNTS, namespace=namespace)
+async def _has_default_sa(client: RestClient, namespace: str) -> bool:
+    accounts = await client.list(SERVICEACCOUNTS, namespace=namespace)
     return any(a["metadata"]["name"] == "default" for a in accounts["items"])
 
 

@@ -28,16 +28,9 @@ from pykcm.controller import Controller, ControllerContext
 from pykcm.serving import healthz
 from pykcm.serving.certs import self_signed_certificate
 from pykcm.testenv.controlplane import ControlPlane
-from tests.support import admin_client, create_namespace, free_port, https_get, running_manager, wait_for
+from tests.support import create_namespace, free_port, https_get, running_manager, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def client(control_plane: ControlPlane) -> AsyncIterator[RestClient]:
-    client = admin_client(control_plane.kubeconfig)
-    yield client
-    await client.close()
 
 
 def admin_cert(plane: ControlPlane) -> tuple[Path, Path]:
