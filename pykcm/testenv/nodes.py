@@ -55,7 +55,10 @@ def start_scheduler(plane: ControlPlane) -> None:
     def start_once() -> None:
         port = free_port()  # picked again if another process takes it first
         url, context = f"https://{LOOPBACK}:{port}/healthz", unverified_context()
-        ready = lambda: http_get(url, context)[0] == 200  # noqa: E731
+
+        def ready() -> bool:
+            return http_get(url, context)[0] == 200
+
         argv = scheduler_argv(scheduler, plane.scheduler_kubeconfig, port)
         plane.start_component(SCHEDULER, argv, ready, SCHEDULER_READY_TIMEOUT, port)
 
