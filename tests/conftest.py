@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pykcm.client.rest import RestClient
-from pykcm.testenv.controlplane import ControlPlane, running
+from pykcm.testenv.cluster import running
+from pykcm.testenv.controlplane import ControlPlane
 from pykcm.util.log import KlogFormatter
 from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials
 from tests.support import admin_client

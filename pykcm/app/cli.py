@@ -135,7 +135,7 @@ def run(
     classes = [registry[name] for name in enabled]
 
     if options.local:
-        from pykcm.testenv.controlplane import running
+        from pykcm.testenv.cluster import running
 
         if options.bind_address == _defaults.bind_address:
             options.bind_address = "127.0.0.1"  # a developer's machine: serve on loopback like the control plane
@@ -232,7 +232,7 @@ def testenv_start(
     nodes: Annotated[int, typer.Option(min=0, help="Simulated nodes (kwok), with kube-scheduler and kube-controller-manager running every controller pykcm does not; 0 for a bare apiserver.")] = 0,
 ) -> None:
     """Start etcd and kube-apiserver on 127.0.0.1 (and with --nodes a whole cluster); returns once it is ready."""
-    from pykcm.testenv.controlplane import start
+    from pykcm.testenv.cluster import start
 
     plane = start(directory, kcm_controllers=kcm_controllers, nodes=nodes, log=lambda msg: typer.echo(msg, err=True))
     typer.echo(str(plane.kubeconfig))
@@ -241,7 +241,7 @@ def testenv_start(
 @testenv_app.command("stop")
 def testenv_stop(directory: Annotated[Path, typer.Option("--dir", help="Directory given to 'testenv start'.")]) -> None:
     """Stop exactly the processes 'testenv start' started there (safe to call twice)."""
-    from pykcm.testenv.controlplane import stop
+    from pykcm.testenv.cluster import stop
 
     stop(directory)
 

@@ -1,4 +1,4 @@
-"""The data path: reflector (list+watch) -> delta FIFO -> informer -> indexer cache -> handlers."""
+"""The data path: reflector (list+watch) -> delta queue -> informer -> indexer cache -> handlers."""
 
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.informers.informer import SharedInformer

@@ -1,8 +1,10 @@
-"""The real local control plane (etcd, kube-apiserver, optionally kube-controller-manager) for
-tests and `pykcm run --local`."""
+"""Dev tooling: the local cluster for tests and `pykcm run --local` — etcd and kube-apiserver,
+optionally with nodes (kube-controller-manager running every controller pykcm does not,
+kube-scheduler, kwok), all built from their Go modules."""
 
 from .build import Binaries, ensure_binaries
-from .controlplane import ControlPlane, running, start, stop
+from .cluster import running, start, stop
+from .controlplane import ControlPlane
 from .errors import BuildError, ControlPlaneError
 from .processes import ManagedProcess
 

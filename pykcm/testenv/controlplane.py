@@ -1,4 +1,5 @@
-"""A real local control plane: etcd + kube-apiserver (+ optionally kube-controller-manager).
+"""A real local control plane: etcd + kube-apiserver (+ kube-controller-manager, kube-scheduler and
+kwok when the cluster has nodes, see cluster.py).
 
 Processes run in their own sessions with logs in DIR/logs, so they outlive the process that
 started them; DIR/testenv.json records each PID with its kernel start time so that `stop` never
@@ -8,15 +9,12 @@ signals an unrelated process that reused the PID.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import shutil
 import ssl
-import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,6 @@ import yaml
 from .build import KUBERNETES_VERSION, Binaries, ensure_binaries
 from .certs import FRONT_PROXY_CN, Pki, ensure_pki, kubeconfig
 from .errors import ControlPlaneError
-from .nodes import KCM_CONTROLLERS, check_node_count, start_simulated_nodes
 from .processes import (
     LOOPBACK,
     STOP_TIMEOUT,
@@ -99,13 +96,13 @@ class ControlPlane:
     @classmethod
     def load(cls, directory: Path, log: Log = print) -> ControlPlane:
         """Attach to a control plane started earlier (possibly by another process)."""
-        plane = cls._from_state(directory, log)
+        plane = cls.from_state(directory, log)
         if not plane.processes.get(APISERVER) or not plane.processes[APISERVER].alive():
             raise ControlPlaneError(f"no running control plane in {directory} (start one first)")
         return plane
 
     @classmethod
-    def _from_state(cls, directory: Path, log: Log = print) -> ControlPlane:
+    def from_state(cls, directory: Path, log: Log = print) -> ControlPlane:
         path = directory / STATE_FILE
         try:
             state = json.loads(path.read_text())
@@ -336,13 +333,13 @@ class ControlPlane:
 
     # ----- whole control plane
 
-    def _start(self, kcm_controllers: str | None, kcm_args: Sequence[str], nodes: int) -> None:
+    def boot(self, kcm_controllers: str | None = None, kcm_args: Sequence[str] = ()) -> None:
+        """Start etcd and the apiserver (and a KCM running `kcm_controllers`), re-picking ports that
+        another process took first."""
         ensure_pki(self.pki.ca_cert.parent)
         retry_on_port_clash(self._start_etcd, lambda: self._repick("etcd_client", "etcd_peer"))
         retry_on_port_clash(self._start_apiserver_fresh, lambda: self._repick("apiserver"))
-        if nodes:
-            start_simulated_nodes(self, nodes, kcm_controllers or KCM_CONTROLLERS, kcm_args, self._log)
-        elif kcm_controllers:
+        if kcm_controllers:
             self.start_kcm(kcm_controllers, kcm_args)
 
     def _start_apiserver_fresh(self) -> None:
@@ -362,74 +359,3 @@ class ControlPlane:
         stop_all([p for n, p in self.processes.items() if n == APISERVER], timeout)
         stop_all([p for n, p in self.processes.items() if n == ETCD], timeout)
         self._save(running=False)
-
-
-def start(
-    directory: Path,
-    kcm_controllers: str | None = None,
-    kcm_args: Sequence[str] = (),
-    log: Log = print,
-    apiserver_args: Sequence[str] = (),
-    nodes: int = 0,
-) -> ControlPlane:
-    """Start etcd and kube-apiserver (and kube-controller-manager when `kcm_controllers` is
-    given) with state in `directory`; return once the apiserver is ready. `apiserver_args` are
-    appended to the kube-apiserver command line (later flags win) and kept across restarts.
-
-    `nodes` > 0 makes it a cluster with nodes: the real kube-controller-manager running every
-    controller pykcm does not (KCM_CONTROLLERS, unless `kcm_controllers` says otherwise),
-    kube-scheduler, and that many simulated nodes played by kwok."""
-    check_node_count(nodes)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    _refuse_if_running(directory)
-    binaries = ensure_binaries(need_kcm=bool(kcm_controllers or nodes), need_scheduler=nodes > 0, log=log)
-    ports = {"etcd_client": free_port(), "etcd_peer": free_port(), "apiserver": free_port()}
-    plane = ControlPlane(directory, binaries, ports, log=log, apiserver_args=apiserver_args)
-    started = time.monotonic()
-    try:
-        plane._start(kcm_controllers, kcm_args, nodes)
-    except BaseException:
-        plane.stop(timeout=5.0)
-        raise
-    plane._save()
-    what = f"local cluster with {nodes} nodes" if nodes else "local control plane"
-    log(f"{what} {KUBERNETES_VERSION} ready at {plane.apiserver_url} in {time.monotonic() - started:.1f}s")
-    return plane
-
-
-def _refuse_if_running(directory: Path) -> None:
-    try:
-        previous = ControlPlane._from_state(directory)
-    except ControlPlaneError:
-        return
-    alive = [p for p in previous.processes.values() if p.alive()]
-    if alive:
-        names = ", ".join(f"{p.name} (pid {p.pid})" for p in alive)
-        raise ControlPlaneError(f"a control plane is already running in {directory}: {names}; stop it first")
-
-
-def stop(directory: Path, timeout: float = STOP_TIMEOUT) -> None:
-    """Stop the control plane recorded in `directory`; only PIDs whose start time still
-    matches are signalled, so calling it twice (or after a reboot) is harmless."""
-    ControlPlane._from_state(Path(directory)).stop(timeout)
-
-
-@contextlib.contextmanager
-def running(directory: Path | None = None, **kwargs: Any) -> Iterator[ControlPlane]:
-    """Start a control plane (in a fresh temp dir unless `directory` is given) and stop it at exit.
-    A temp dir is removed afterwards unless the block failed (its logs help debugging)."""
-    owned = directory is None
-    path = Path(tempfile.mkdtemp(prefix="pykcm-testenv-")) if directory is None else Path(directory)
-    plane = start(path, **kwargs)
-    try:
-        yield plane
-    except BaseException:
-        if owned:
-            plane._log(f"keeping {path} for its logs")
-        owned = False
-        raise
-    finally:
-        plane.stop()
-        if owned:
-            shutil.rmtree(path, ignore_errors=True)

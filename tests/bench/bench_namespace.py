@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain s
 
 from pykcm.client.resources import CONFIGMAPS, NAMESPACES, PODS, REPLICASETS, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
-from pykcm.testenv.controlplane import ControlPlane, running
+from pykcm.testenv.cluster import running
+from pykcm.testenv.controlplane import ControlPlane
 from tests.support import PykcmProcess, admin_client, create_namespace, ensure_crd, is_gone, wait_for
 
 CONTROLLERS = "namespace,serviceaccount"

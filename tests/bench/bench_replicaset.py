@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pykcm.client.resources import PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
-from pykcm.testenv.controlplane import ControlPlane, running
+from pykcm.testenv.cluster import running
+from pykcm.testenv.controlplane import ControlPlane
 from tests.support import PAUSE_IMAGE, PykcmProcess, admin_client, create_namespace, replicaset_manifest
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

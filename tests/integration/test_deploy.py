@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from pykcm.testenv.build import ensure_binaries
-from pykcm.testenv.controlplane import running
+from pykcm.testenv.cluster import running
 from tests.deploy_credentials import CREDENTIALS_ENV, DEPLOY_DIR_ENV, render_deploy
 from tests.support import CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV
 

@@ -21,7 +21,8 @@ import pytest
 
 from pykcm.client.resources import EVENTS, LEASES, PODS, REPLICASETS
 from pykcm.client.rest import RestClient
-from pykcm.testenv.controlplane import ControlPlane, running
+from pykcm.testenv.cluster import running
+from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.processes import ManagedProcess
 from tests.support import (
     PykcmProcess,

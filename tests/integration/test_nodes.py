@@ -49,7 +49,7 @@ async def test_nodes_are_ready_and_untainted(nodes_client: RestClient) -> None:
         nodes = (await nodes_client.list(NODES, label_selector="kwok.x-k8s.io/node=fake"))["items"]
         return [n for n in nodes if not n["spec"].get("taints")]
 
-    assert len(await wait_for(schedulable, timeout=90, message="three untainted kwok nodes")) == 3
+    assert len(await wait_for(schedulable, timeout=180, message="three untainted kwok nodes")) == 3
 
 
 async def test_a_deployment_gets_ready_pods_scales_and_is_garbage_collected(

@@ -19,7 +19,8 @@ from pykcm.client.resources import LEASES, NAMESPACES, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
 from pykcm.testenv import build, gobuild
 from pykcm.testenv.build import KUBERNETES_VERSION, ensure_binaries
-from pykcm.testenv.controlplane import STATE_FILE, ControlPlane, running, start, stop
+from pykcm.testenv.cluster import running, start, stop
+from pykcm.testenv.controlplane import STATE_FILE, ControlPlane
 from pykcm.testenv.errors import BuildError, ControlPlaneError
 from tests.support import admin_client, create_namespace, wait_for
 
