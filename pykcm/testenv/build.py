@@ -26,7 +26,7 @@ GOMOD_DIR = Path(__file__).parent / "gomod"
 APISERVER, KCM, ETCD, KUBECTL = "kube-apiserver", "kube-controller-manager", "etcd", "kubectl"
 SCHEDULER = "kube-scheduler"
 CORE = (APISERVER, KCM, ETCD, KUBECTL)
-_LDFLAGS = " ".join(
+LDFLAGS = " ".join(
     [
         "-s -w",
         f"-X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION}",
@@ -137,7 +137,7 @@ def _build(target: Path, components: tuple[str, ...], log: Callable[[str], None]
         src, out = Path(tmp) / "src", Path(tmp) / "bin"
         # The installed package may be read-only and `go build -mod=mod` may rewrite go.sum.
         shutil.copytree(GOMOD_DIR, src)
-        argv = [go, "build", "-v", "-trimpath", "-o", f"{out}/", "-ldflags", _LDFLAGS, *(f"./{c}" for c in components)]
+        argv = [go, "build", "-v", "-trimpath", "-o", f"{out}/", "-ldflags", LDFLAGS, *(f"./{c}" for c in components)]
         run_go(argv, what=names, cwd=src, log_path=log_path, log=log, env={"GOFLAGS": "-mod=mod"})
         if missing := _missing(out, components):
             raise BuildError(f"go build finished without producing {', '.join(missing)}; see {log_path}")

@@ -1,0 +1,206 @@
+"""The upstream end-to-end suite: `e2e.test` built from k8s.io/kubernetes/test/e2e.
+
+The binary is the upstream test package compiled unchanged, from the Go module in `gomod-e2e/`
+(the control plane's module shape: k8s.io/kubernetes v1.36.3, every staging module replaced by
+v0.36.3). It lives in the user cache under a directory named by that module's content hash, built
+once under a lock like the control plane's binaries. The build has two steps so that progress is
+visible: `go build -v` of the packages the suite compiles (one line each), then `go test -c`,
+which reuses them and only compiles the suite's own test files and links (with -vet=off: vet
+would analyse every one of its two thousand dependencies first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from xml.etree import ElementTree
+
+from .build import KUBERNETES_VERSION, LDFLAGS
+from .errors import BuildError
+from .gobuild import Log, cache_dir, find_go, format_duration, is_executable, locked, run_go
+
+E2E_GOMOD_DIR = Path(__file__).parent / "gomod-e2e"
+E2E_PACKAGE = "k8s.io/kubernetes/test/e2e"
+E2E_BINARY = "e2e.test"
+
+
+def _source_files() -> list[Path]:
+    return sorted([E2E_GOMOD_DIR / "go.mod", E2E_GOMOD_DIR / "go.sum", *E2E_GOMOD_DIR.glob("*/*.go")])
+
+
+def e2e_source_hash() -> str:
+    digest = hashlib.sha256()
+    for path in _source_files():
+        digest.update(path.relative_to(E2E_GOMOD_DIR).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def e2e_cache_dir() -> Path:
+    return cache_dir() / "e2e" / f"{KUBERNETES_VERSION}-{e2e_source_hash()}"
+
+
+def ensure_e2e_test(log: Log = print) -> Path:
+    """The path of `e2e.test`, building it on first use (about 10 minutes on 2 cores)."""
+    target = e2e_cache_dir()
+    binary = target / E2E_BINARY
+    if is_executable(binary):
+        return binary
+    with locked(target.with_name(target.name + ".lock")):
+        if not is_executable(binary):  # another process may have built it while we waited
+            _build(target, log)
+    return binary
+
+
+def _build(target: Path, log: Log) -> None:
+    go = find_go()
+    log_path = target.with_name(target.name + ".build.log")
+    log(f"building {E2E_BINARY} {KUBERNETES_VERSION} from {E2E_PACKAGE}: a one-time cost of several minutes; "
+        f"log: {log_path}")
+    started = time.monotonic()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
+        src, out = Path(tmp) / "src", Path(tmp) / "bin" / E2E_BINARY
+        shutil.copytree(E2E_GOMOD_DIR, src)  # the installed package may be read-only
+        # The module's go.sum is complete (`go mod tidy` over suite/), so the build resolves nothing new.
+        env = {"GOFLAGS": "-mod=readonly"}  # the control plane's settings, so its build cache is reused
+        packages_log = log_path.with_name(log_path.name.replace(".build.log", ".packages.log"))
+        run_go([go, "build", "-v", "-trimpath", "-tags", "tools", "./suite"],
+               what=f"{E2E_BINARY} packages", cwd=src, log_path=packages_log, log=log, env=env)
+        run_go([go, "test", "-c", "-vet=off", "-trimpath", "-ldflags", LDFLAGS, "-o", str(out), E2E_PACKAGE],
+               what=E2E_BINARY, cwd=src, log_path=log_path, log=log, env=env)
+        if not is_executable(out):
+            raise BuildError(f"go test -c finished without producing {E2E_BINARY}; see {log_path}")
+        target.mkdir(parents=True, exist_ok=True)
+        os.replace(out, target / E2E_BINARY)
+    log(f"built {E2E_BINARY} {KUBERNETES_VERSION} in {format_duration(time.monotonic() - started)} -> {target}")
+
+
+# ----- running it
+
+
+@dataclass(frozen=True)
+class SpecResult:
+    """One upstream test (a Ginkgo spec) as the JUnit report gives it."""
+
+    name: str
+    status: str  # "passed", "failed" or "skipped" (an interrupted or timed-out spec counts as failed)
+    seconds: float
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class E2ERun:
+    results: dict[str, SpecResult]
+    exit_code: int | None  # None: killed at the hard time limit
+    seconds: float
+    log_path: Path
+    junit_path: Path
+
+    def with_status(self, status: str) -> set[str]:
+        return {name for name, result in self.results.items() if result.status == status}
+
+
+def go_regex_escape(text: str) -> str:
+    """`text` as a literal in an RE2 (Go) regular expression; RE2 rejects Python's escaped spaces."""
+    return "".join(f"\\{c}" if c in _RE2_SPECIAL else c for c in text)
+
+
+_RE2_SPECIAL = set("\\.+*?()|[]{}^$")
+
+
+def e2e_argv(
+    binary: Path, kubeconfig: Path, report_dir: Path, *, focus: str, skip: str, timeout: float,
+    kubectl: Path | None = None, seed: int = 1,
+) -> list[str]:
+    """The e2e.test command line for a local cluster. Nothing in it reaches beyond the cluster:
+    the skeleton provider has no cloud, no image is pre-pulled, no log is gathered over SSH, no
+    progress is POSTed anywhere (--progress-report-url stays empty)."""
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        "--provider=skeleton",
+        f"--report-dir={report_dir}",  # junit_01.xml
+        f"--e2e-output-dir={report_dir}",
+        f"--repo-root={report_dir}",  # test files come from the binary's embedded copies
+        f"--kubectl-path={kubectl or 'kubectl'}",
+        "--prepull-images=false",
+        "--disable-log-dump",
+        "--allowed-not-ready-nodes=0",
+        f"--ginkgo.focus={focus}",
+        f"--ginkgo.skip={skip}",
+        # The suite randomizes the order; one seed makes two runs (KCM, pykcm) run in the same order.
+        f"--ginkgo.seed={seed}",
+        f"--ginkgo.timeout={max(60, int(timeout) - 60)}s",  # Ginkgo's own limit, to still write a report
+        "--ginkgo.no-color",
+        "--ginkgo.v",
+    ]
+
+
+def run_e2e(
+    binary: Path, kubeconfig: Path, report_dir: Path, *, focus: str, skip: str, timeout: float,
+    kubectl: Path | None = None, log: Log = print,
+) -> E2ERun:
+    """Run e2e.test once, at most `timeout` seconds (then it is interrupted, then killed); its
+    output goes to report_dir/e2e.log and its JUnit report to report_dir/junit_01.xml."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    log_path, junit_path = report_dir / "e2e.log", report_dir / "junit_01.xml"
+    argv = e2e_argv(binary, kubeconfig, report_dir, focus=focus, skip=skip, timeout=timeout, kubectl=kubectl)
+    log(f"running {E2E_BINARY} (at most {format_duration(timeout)}); log: {log_path}")
+    started = time.monotonic()
+    with open(log_path, "w") as out:
+        out.write(" ".join(argv) + "\n")
+        out.flush()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=report_dir)
+        exit_code = _wait(proc, started + timeout, log)
+    seconds = time.monotonic() - started
+    results = parse_junit(junit_path) if junit_path.exists() else {}
+    counts = ", ".join(f"{sum(r.status == s for r in results.values())} {s}" for s in ("passed", "failed", "skipped"))
+    log(f"{E2E_BINARY} exited {exit_code} after {format_duration(seconds)}: {counts}")
+    return E2ERun(results, exit_code, seconds, log_path, junit_path)
+
+
+def _wait(proc: subprocess.Popen[bytes], deadline: float, log: Log) -> int | None:
+    try:
+        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    # Ginkgo reports an interrupted suite (and runs its cleanup) on SIGINT; kill it if that hangs.
+    log(f"{E2E_BINARY} ran past its time limit: interrupting it")
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return None
+
+
+def parse_junit(path: Path) -> dict[str, SpecResult]:
+    """Spec name -> result from the suite's JUnit report. Specs appear as "[It] <full name>"; the
+    suite's own set-up and report nodes are left out. Ginkgo's status attribute says passed,
+    skipped, pending, or how it failed (failed, panicked, interrupted, timedout, aborted)."""
+    results = {}
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        name = case.get("name", "")
+        if not name.startswith(_SPEC_PREFIX):
+            continue
+        name = name.removeprefix(_SPEC_PREFIX)
+        status = _STATUS.get(case.get("status", ""), "failed")
+        details = [e for e in (case.find("failure"), case.find("error"), case.find("skipped")) if e is not None]
+        detail = details[0] if details else None
+        message = "" if detail is None else detail.get("message") or (detail.text or "").strip()
+        first_line = message.splitlines()[0] if message else ""
+        results[name] = SpecResult(name, status, float(case.get("time") or 0), first_line)
+    return results
+
+
+_SPEC_PREFIX = "[It] "
+_STATUS = {"passed": "passed", "skipped": "skipped", "pending": "skipped"}
