@@ -45,6 +45,12 @@ def _terminal_log(config: pytest.Config) -> Callable[[str], None]:
     return log
 
 
+@pytest.fixture(scope="session")
+def testenv_log(pytestconfig: pytest.Config) -> Callable[[str], None]:
+    """Progress lines of local-cluster builds and runs, shown even under output capture."""
+    return _terminal_log(pytestconfig)
+
+
 @pytest.fixture
 async def client(control_plane: ControlPlane) -> AsyncIterator[RestClient]:
     """An admin API client for test set-up and assertions."""

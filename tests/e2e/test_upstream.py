@@ -1,0 +1,113 @@
+"""The upstream e2e tests of pykcm's three controllers (see upstream.py for which run), run with
+the upstream e2e.test binary twice, each on a fresh local cluster with three kwok nodes:
+
+- KCM: the real kube-controller-manager runs every controller (kubeadm's set);
+- pykcm: KCM runs every controller but pykcm's three, and `pykcm run` runs those.
+
+Every test that passes for KCM must pass for pykcm. The runs are sequential (never two at once);
+each has a hard time limit, and their reports, e2e logs, pykcm's log and the clusters' logs stay
+in the test's tmp dir. Run them alone with `python -m pytest -m e2e`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pykcm.testenv.controlplane import running
+from pykcm.testenv.e2e import E2ERun, ensure_e2e_test, run_e2e
+from tests.e2e.upstream import NOT_RUN, RUN, focus_regex, skip_regex
+from tests.support import PykcmProcess
+
+NODES = 3
+ALL_KCM_CONTROLLERS = "*,bootstrap-signer-controller,token-cleaner-controller"  # kubeadm's value
+E2E_TIMEOUT = 30 * 60  # one e2e.test run; both take about 9 minutes
+BUILD_TIMEOUT = 30 * 60  # e2e.test from a cold Go build cache
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(BUILD_TIMEOUT + E2E_TIMEOUT + 5 * 60)]
+
+Log = Callable[[str], None]
+
+
+@pytest.fixture(scope="module")
+def e2e_binary(testenv_log: Log) -> Path:
+    return ensure_e2e_test(testenv_log)
+
+
+def _run(binary: Path, directory: Path, log: Log, *, pykcm: bool) -> E2ERun:
+    controllers = {} if pykcm else {"kcm_controllers": ALL_KCM_CONTROLLERS}
+    with running(directory / "cluster", nodes=NODES, log=log, **controllers) as plane:
+        manager = None
+        if pykcm:
+            manager = PykcmProcess("--kubeconfig", str(plane.kubeconfig), log_path=directory / "pykcm.log")
+            _wait_for_caches(manager)
+        try:
+            return run_e2e(binary, plane.kubeconfig, directory / "report", focus=focus_regex(), skip=skip_regex(),
+                           timeout=E2E_TIMEOUT, kubectl=plane.binaries.kubectl, log=log)
+        finally:
+            if manager is not None:
+                _stop(manager)
+
+
+def _wait_for_caches(manager: PykcmProcess, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while "Caches are synced" not in manager.log():
+        if manager.proc.poll() is not None or time.monotonic() > deadline:
+            manager.kill()
+            raise AssertionError(f"pykcm did not sync its caches:\n{manager.log()[-3000:]}")
+        time.sleep(0.2)
+
+
+def _stop(manager: PykcmProcess) -> None:
+    manager.signal()
+    try:
+        manager.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        manager.kill()
+
+
+@pytest.fixture(scope="module")
+def kcm_run(e2e_binary: Path, tmp_path_factory: pytest.TempPathFactory, testenv_log: Log) -> E2ERun:
+    return _run(e2e_binary, tmp_path_factory.mktemp("e2e-kcm"), testenv_log, pykcm=False)
+
+
+@pytest.fixture(scope="module")
+def pykcm_run(e2e_binary: Path, tmp_path_factory: pytest.TempPathFactory, testenv_log: Log) -> E2ERun:
+    return _run(e2e_binary, tmp_path_factory.mktemp("e2e-pykcm"), testenv_log, pykcm=True)
+
+
+def test_kcm_runs_exactly_the_selected_upstream_tests(kcm_run: E2ERun) -> None:
+    _assert_ran_the_selection(kcm_run)
+
+
+def test_pykcm_passes_every_upstream_test_that_kcm_passes(kcm_run: E2ERun, pykcm_run: E2ERun) -> None:
+    _assert_ran_the_selection(pykcm_run)
+    print(side_by_side(kcm_run, pykcm_run))
+    regressions = sorted(kcm_run.with_status("passed") - pykcm_run.with_status("passed"))
+    details = [f"{name}: {pykcm_run.results[name].message}" for name in regressions]
+    assert regressions == [], "passed for KCM, not for pykcm:\n" + "\n".join(details) + f"\n(see {pykcm_run.log_path})"
+
+
+def _assert_ran_the_selection(run: E2ERun) -> None:
+    """Every selected test ran (none skipped, none missing: a renamed upstream test shows here),
+    and the tests that need a container did not run."""
+    assert run.junit_path.exists(), f"no JUnit report; see {run.log_path}"
+    ran = {name for name, result in run.results.items() if result.status != "skipped"}
+    assert sorted(ran) == sorted(RUN), f"see {run.log_path}"
+    assert not set(NOT_RUN) & ran
+
+
+def side_by_side(kcm: E2ERun, pykcm: E2ERun) -> str:
+    rows = [("test", "KCM", "pykcm", "KCM s", "pykcm s")]
+    for name in RUN:
+        k, p = kcm.results.get(name), pykcm.results.get(name)
+        rows.append((name, k.status if k else "-", p.status if p else "-",
+                     f"{k.seconds:.0f}" if k else "", f"{p.seconds:.0f}" if p else ""))
+    rows.append((f"e2e.test wall time (exit {kcm.exit_code} / {pykcm.exit_code})", "", "",
+                 f"{kcm.seconds:.0f}", f"{pykcm.seconds:.0f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return "\n" + "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)

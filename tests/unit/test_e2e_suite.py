@@ -1,0 +1,75 @@
+"""The upstream e2e suite's inputs and outputs that need no cluster: the Go module that builds
+e2e.test, the command line, the selection of tests, the JUnit report, and the README's list."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pykcm.testenv.build import GOMOD_DIR, KUBERNETES_VERSION
+from pykcm.testenv.e2e import E2E_GOMOD_DIR, e2e_argv, go_regex_escape, parse_junit
+from tests.e2e.upstream import GROUPS, NOT_RUN, RUN, focus_regex, skip_regex
+
+README = Path(__file__).parents[2] / "README.md"
+
+JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="4" disabled="0" errors="0" failures="1" time="40.5">
+  <testsuite name="Kubernetes e2e suite" tests="4" skipped="1" failures="1" errors="0" time="40.5">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="30"/>
+    <testcase name="[It] [sig-apps] ReplicaSet a [Conformance]" classname="Kubernetes e2e suite" status="passed"
+      time="5.5"/>
+    <testcase name="[It] [sig-apps] ReplicaSet b" classname="Kubernetes e2e suite" status="timedout" time="60">
+      <failure message="context deadline exceeded&#xA;more" type="timedout">long text</failure>
+    </testcase>
+    <testcase name="[It] [sig-auth] ServiceAccounts c" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"/>
+    </testcase>
+  </testsuite>
+</testsuites>
+"""
+
+
+def test_the_e2e_module_has_the_control_planes_shape() -> None:
+    """k8s.io/kubernetes at the control plane's version, every staging module replaced alike."""
+    def replaces(gomod: Path) -> set[str]:
+        return set(re.findall(r"^\s*(k8s\.io/\S+ => \S+ \S+)$", (gomod / "go.mod").read_text(), re.MULTILINE))
+
+    e2e = (E2E_GOMOD_DIR / "go.mod").read_text()
+    assert re.search(rf"^\s*(require )?k8s\.io/kubernetes {re.escape(KUBERNETES_VERSION)}$", e2e, re.MULTILINE)
+    assert replaces(E2E_GOMOD_DIR) == replaces(GOMOD_DIR) != set()
+
+
+def test_go_regex_escape_leaves_spaces_alone() -> None:
+    assert go_regex_escape("[sig-apps] ReplicaSet (x) 90.5$") == r"\[sig-apps\] ReplicaSet \(x\) 90\.5\$"
+
+
+def test_the_selection_covers_the_four_groups_once() -> None:
+    assert not set(RUN) & set(NOT_RUN)
+    assert all(any(name.startswith(group) for group in GROUPS) for name in (*RUN, *NOT_RUN))
+    focus, skip = re.compile(focus_regex()), re.compile(skip_regex())
+    assert all(focus.search(name) and not skip.search(name) for name in RUN)
+    assert all(skip.search(name) for name in NOT_RUN)
+
+
+def test_the_command_line_stays_on_the_cluster(tmp_path: Path) -> None:
+    argv = e2e_argv(Path("/bin/e2e.test"), tmp_path / "kubeconfig", tmp_path, focus="f", skip="s", timeout=600)
+    assert "--provider=skeleton" in argv and "--prepull-images=false" in argv and "--disable-log-dump" in argv
+    assert not any(arg.startswith("--progress-report-url") for arg in argv)
+    assert "--ginkgo.timeout=540s" in argv  # a minute before the hard limit, so Ginkgo still writes its report
+
+
+def test_junit_report_gives_each_spec_its_status_time_and_first_message_line(tmp_path: Path) -> None:
+    path = tmp_path / "junit_01.xml"
+    path.write_text(JUNIT)
+    results = parse_junit(path)
+    assert {name: (r.status, r.seconds, r.message) for name, r in results.items()} == {
+        "[sig-apps] ReplicaSet a [Conformance]": ("passed", 5.5, ""),
+        "[sig-apps] ReplicaSet b": ("failed", 60.0, "context deadline exceeded"),
+        "[sig-auth] ServiceAccounts c": ("skipped", 0.0, "skipped"),
+    }
+
+
+def test_readme_lists_every_upstream_test_that_is_not_run() -> None:
+    text = README.read_text()
+    missing = [name for name in NOT_RUN if name not in text]
+    assert missing == []
