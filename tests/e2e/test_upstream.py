@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pykcm.testenv.controlplane import running
+from pykcm.testenv.cluster import running
 from pykcm.testenv.e2e import E2ERun, ensure_e2e_test, run_e2e
 from tests.e2e.upstream import NOT_RUN, RUN, focus_regex, skip_regex
 from tests.support import PykcmProcess
