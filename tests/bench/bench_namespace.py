@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain s
 from pykcm.client.resources import CONFIGMAPS, NAMESPACES, PODS, REPLICASETS, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
 from pykcm.testenv.controlplane import ControlPlane, running
-from tests.bench.common import bounded, cpu_seconds, peak_rss_mib
+from tests.bench.common import bounded, cpu_seconds, peak_rss_mib, pykcm_env
 from tests.support import PykcmProcess, admin_client, create_namespace, ensure_crd, is_gone, wait_for
 
 CONTROLLERS = "namespace,serviceaccount"
@@ -115,7 +115,8 @@ async def measure(client: RestClient, widgets: Any, work: Workload, pid: int) ->
 async def run_pykcm(plane: ControlPlane, client: RestClient, widgets: Any, work: Workload, logs: Path) -> Result:
     # Same set-up as the testenv's KCM: no leader election, each controller as its own ServiceAccount.
     proc = PykcmProcess("--kubeconfig", str(plane.kubeconfig), "--controllers", CONTROLLERS, "--no-leader-elect",
-                        "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.log")
+                        "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.log",
+                        env=pykcm_env())
     try:
         await proc.wait_for_log('"Starting workers" controller="namespace-controller"', 60)
         return await measure(client, widgets, work, proc.pid)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from pykcm.client.resources import PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.testenv.controlplane import ControlPlane, running
-from tests.bench.common import Figure, bounded, cpu_seconds, peak_rss_mib, side_by_side
+from tests.bench.common import Figure, bounded, cpu_seconds, peak_rss_mib, pykcm_env, side_by_side
 from tests.support import PAUSE_IMAGE, PykcmProcess, admin_client, create_namespace, replicaset_manifest
 
 KCM_ARGS = ("--use-service-account-credentials=true",)
@@ -116,7 +116,7 @@ async def bench_pykcm(plane: ControlPlane, api: RestClient, qps: int, burst: int
     proc = PykcmProcess(
         "--kubeconfig", str(plane.kubeconfig), "--controllers", "replicaset",
         "--kube-api-qps", str(qps), "--kube-api-burst", str(burst),
-        log_path=log_dir / f"pykcm-{qps}-{uuid.uuid4().hex[:4]}.log",
+        log_path=log_dir / f"pykcm-{qps}-{uuid.uuid4().hex[:4]}.log", env=pykcm_env(),
     )
     try:
         await proc.wait_for_log("Caches are synced")
