@@ -47,6 +47,7 @@ from pykcm.testenv.build import KUBERNETES_VERSION
 from pykcm.testenv.controlplane import ControlPlane, running
 from pykcm.testenv.kwok import FAKE_NODE_LABEL
 from pykcm.testenv.nodes import KCM_CONTROLLERS
+from pykcm.util.apitime import parse_time
 from tests.bench.common import Figure, bounded, cpu_seconds, peak_rss_mib, pykcm_env, side_by_side
 from tests.support import PykcmProcess, admin_client, create_namespace, replicaset_manifest
 
@@ -84,6 +85,8 @@ class Result:
     """One side's figures; NaN where a phase did not finish."""
 
     rs_available: float = float("nan")
+    pods_created: float = float("nan")  # first to last pod creationTimestamp (1 s resolution)
+    pods_bound: float = float("nan")  # first pod created to last PodScheduled
     rs_deleted: float = float("nan")
     deployments_complete: float = float("nan")
     rollout_complete: float = float("nan")
@@ -172,6 +175,22 @@ async def wait_until(check: Check, what: str, started: float, deadline: float) -
         await asyncio.sleep(POLL)
 
 
+async def pod_spans(api: RestClient, ns: str) -> tuple[float, float]:
+    """From the pods' own timestamps: how long the ReplicaSet controller took to create them all
+    (first to last creation) and until the scheduler had bound the last (first creation to last
+    PodScheduled); separates the controller's pace from the scheduler's and kwok's."""
+    created: list[float] = []
+    bound: list[float] = []
+    for pod in (await api.list(PODS, ns))["items"]:
+        created.append(parse_time(pod["metadata"]["creationTimestamp"]) or float("nan"))
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        scheduled = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+        bound.append(parse_time(scheduled.get("lastTransitionTime")) or float("nan"))
+    if not created:
+        return float("nan"), float("nan")
+    return max(created) - min(created), max(bound) - min(created)
+
+
 # -- the workload -----------------------------------------------------------------------------------
 
 
@@ -196,6 +215,7 @@ async def run_phases(api: RestClient, ns: str, work: Work, result: Result, deadl
     check = all_of(api, ns, REPLICASETS, len(sets), lambda rs: rs_available(rs, n), rs_summary)
     result.rs_available = await wait_until(check, "ReplicaSets available", started, deadline)
     print(f"[bench]   {len(sets)} ReplicaSets x {n} available after {result.rs_available:.1f}s", flush=True)
+    result.pods_created, result.pods_bound = await pod_spans(api, ns)
 
     started = time.monotonic()
     await api.delete_collection(REPLICASETS, ns, body={"propagationPolicy": "Background"})
@@ -295,6 +315,8 @@ def figures(kcm: Result, ours: Result, work: Work) -> list[Figure]:
 
     return [
         Figure(f"{work.replica_sets} RS x {work.replicas} available (s)", kcm.rs_available, ours.rs_available),
+        Figure("  pods: first to last created (s)", kcm.pods_created, ours.pods_created, "{:.0f}"),
+        Figure("  pods: first created to last bound (s)", kcm.pods_bound, ours.pods_bound, "{:.0f}"),
         Figure("RS deleted, pods gone (s)", kcm.rs_deleted, ours.rs_deleted),
         Figure(f"{work.deployments} Deploy x {work.replicas} complete (s)", kcm.deployments_complete,
                ours.deployments_complete),
