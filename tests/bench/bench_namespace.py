@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from pykcm.client.resources import CONFIGMAPS, NAMESPACES, PODS, REPLICASETS, SE
 from pykcm.client.rest import RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
+from tests.bench.common import bounded, cpu_seconds, peak_rss_mib, pykcm_env
 from tests.support import PykcmProcess, admin_client, create_namespace, ensure_crd, is_gone, wait_for
 
 CONTROLLERS = "namespace,serviceaccount"
@@ -55,16 +55,6 @@ class Result:
     service_accounts_seconds: float
     peak_rss_mib: float
     cpu_seconds: float
-
-
-async def bounded(coros: Iterable[Awaitable[Any]], limit: int = CREATE_CONCURRENCY) -> None:
-    gate = asyncio.Semaphore(limit)
-
-    async def one(coro: Awaitable[Any]) -> None:
-        async with gate:
-            await coro
-
-    await asyncio.gather(*(one(c) for c in coros))
 
 
 def pod(name: str) -> dict[str, Any]:
@@ -91,7 +81,7 @@ async def fill_namespace(client: RestClient, widgets: Any, work: Workload) -> st
                 for i in range(work.configmaps)]
     creates += [client.create(widgets, {"apiVersion": "pykcm.test/v1", "kind": "Widget",
                                         "metadata": {"name": f"w-{i}"}}, ns) for i in range(work.custom_resources)]
-    await bounded(creates)
+    await bounded(creates, CREATE_CONCURRENCY)
     return ns
 
 
@@ -106,7 +96,7 @@ async def time_default_service_accounts(client: RestClient, count: int) -> float
     run = uuid.uuid4().hex[:6]
     names = {f"bench-sa-{run}-{i}" for i in range(count)}
     start = time.monotonic()
-    await bounded(client.create(NAMESPACES, {"metadata": {"name": name}}) for name in names)
+    await bounded((client.create(NAMESPACES, {"metadata": {"name": name}}) for name in names), CREATE_CONCURRENCY)
 
     async def all_have_default() -> bool:
         accounts = (await client.list(SERVICEACCOUNTS, fieldSelector="metadata.name=default"))["items"]
@@ -116,28 +106,18 @@ async def time_default_service_accounts(client: RestClient, count: int) -> float
     return time.monotonic() - start
 
 
-def process_usage(pid: int) -> tuple[float, float]:
-    """(peak RSS in MiB, CPU seconds) of a live process."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    hwm_kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return hwm_kib / 1024, ticks / os.sysconf("SC_CLK_TCK")
-
-
 async def measure(client: RestClient, widgets: Any, work: Workload, pid: int) -> Result:
     ns = await fill_namespace(client, widgets, work)
     deletion = await time_namespace_deletion(client, ns)
     accounts = await time_default_service_accounts(client, work.namespaces)
-    rss, cpu = process_usage(pid)
-    return Result(deletion, accounts, rss, cpu)
+    return Result(deletion, accounts, peak_rss_mib(pid), cpu_seconds(pid))
 
 
 async def run_pykcm(plane: ControlPlane, client: RestClient, widgets: Any, work: Workload, logs: Path) -> Result:
     # Same set-up as the testenv's KCM: no leader election, each controller as its own ServiceAccount.
     proc = PykcmProcess("--kubeconfig", str(plane.kubeconfig), "--controllers", CONTROLLERS, "--no-leader-elect",
-                        "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.log")
+                        "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.log",
+                        env=pykcm_env())
     try:
         await proc.wait_for_log('"Starting workers" controller="namespace-controller"', 60)
         return await measure(client, widgets, work, proc.pid)

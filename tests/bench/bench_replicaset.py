@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import tempfile
 import time
@@ -32,27 +31,13 @@ from pykcm.client.resources import PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
+from tests.bench.common import Figure, bounded, cpu_seconds, peak_rss_mib, pykcm_env, side_by_side
 from tests.support import PAUSE_IMAGE, PykcmProcess, admin_client, create_namespace, replicaset_manifest
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 KCM_ARGS = ("--use-service-account-credentials=true",)
 POLL = 0.25
+CREATE_CONCURRENCY = 50
 PHASE_TIMEOUT = 900.0
-
-
-# -- /proc ------------------------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14, 15)
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 # -- workload ---------------------------------------------------------------------------------------
@@ -65,16 +50,6 @@ class Result:
     cpu: float = float("nan")
     rss: float = float("nan")
     notes: list[str] = field(default_factory=list)
-
-
-async def gather_limited(coros: list, limit: int = 50) -> list:
-    sem = asyncio.Semaphore(limit)
-
-    async def run(coro):
-        async with sem:
-            return await coro
-
-    return await asyncio.gather(*(run(c) for c in coros))
 
 
 async def wait_settled(api: RestClient, ns: str, count: int, replicas: int) -> float:
@@ -101,14 +76,15 @@ async def run_workload(api: RestClient, ns: str, count: int, replicas: int, pid:
     cpu_before = cpu_seconds(pid)
     started = time.monotonic()
     names = [f"rs-{i:03d}" for i in range(count)]
-    await gather_limited([api.create(REPLICASETS, replicaset_manifest(n, replicas), namespace=ns) for n in names])
+    await bounded([api.create(REPLICASETS, replicaset_manifest(n, replicas), namespace=ns) for n in names],
+                  CREATE_CONCURRENCY)
     result.scale_up = await wait_settled(api, ns, count, replicas) - started
     pods = (await api.list(PODS, ns))["items"]
     if len(pods) != count * replicas:
         result.notes.append(f"{len(pods)} pods after scale-up, expected {count * replicas}")
     started = time.monotonic()
-    await gather_limited([api.patch(REPLICASETS, n, {"spec": {"replicas": 0}}, ns, content_type=MERGE_PATCH)
-                          for n in names])
+    await bounded([api.patch(REPLICASETS, n, {"spec": {"replicas": 0}}, ns, content_type=MERGE_PATCH)
+                   for n in names], CREATE_CONCURRENCY)
     result.scale_down = await wait_settled(api, ns, count, 0) - started
     result.cpu = cpu_seconds(pid) - cpu_before
     result.rss = peak_rss_mib(pid)
@@ -141,7 +117,7 @@ async def bench_pykcm(plane: ControlPlane, api: RestClient, qps: int, burst: int
     proc = PykcmProcess(
         "--kubeconfig", str(plane.kubeconfig), "--controllers", "replicaset",
         "--kube-api-qps", str(qps), "--kube-api-burst", str(burst),
-        log_path=log_dir / f"pykcm-{qps}-{uuid.uuid4().hex[:4]}.log",
+        log_path=log_dir / f"pykcm-{qps}-{uuid.uuid4().hex[:4]}.log", env=pykcm_env(),
     )
     try:
         await proc.wait_for_log("Caches are synced")
@@ -158,7 +134,7 @@ async def apiserver_ceiling(api: RestClient, pods: int = 1000, concurrency: int 
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-"},
             "spec": {"containers": [{"name": "c", "image": PAUSE_IMAGE}]}}
     started = time.monotonic()
-    await gather_limited([api.create(PODS, body, namespace=ns) for _ in range(pods)], concurrency)
+    await bounded([api.create(PODS, body, namespace=ns) for _ in range(pods)], concurrency)
     rate = pods / (time.monotonic() - started)
     await cleanup(api, ns)
     return rate
@@ -167,30 +143,20 @@ async def apiserver_ceiling(api: RestClient, pods: int = 1000, concurrency: int 
 # -- report -----------------------------------------------------------------------------------------
 
 
-def ratio(ours: float, theirs: float) -> str:
-    return f"{ours / theirs:.2f}x" if theirs and theirs == theirs and ours == ours else "n/a"
-
-
 def print_table(rows: list[tuple[str, Result, Result]], ceiling: float, count: int, replicas: int) -> None:
     print()
     print(f"ReplicaSet controller benchmark: {count} ReplicaSets x {replicas} replicas "
           f"({count * replicas} pods), local kube-apiserver v1.36.3")
-    header = f"{'client limits':<22}{'figure':<26}{'KCM':>12}{'pykcm':>12}{'pykcm/KCM':>12}"
-    print(header)
-    print("-" * len(header))
-    for limits, kcm, ours in rows:
-        figures = (
-            ("scale up (s)", kcm.scale_up, ours.scale_up, "{:.1f}"),
-            ("scale down (s)", kcm.scale_down, ours.scale_down, "{:.1f}"),
-            ("CPU, both phases (s)", kcm.cpu, ours.cpu, "{:.1f}"),
-            ("peak RSS (MiB)", kcm.rss, ours.rss, "{:.0f}"),
-        )
-        for i, (name, theirs, mine, fmt) in enumerate(figures):
-            label = limits if i == 0 else ""
-            print(f"{label:<22}{name:<26}{fmt.format(theirs):>12}{fmt.format(mine):>12}{ratio(mine, theirs):>12}")
-        for note in kcm.notes + ours.notes:
-            print(f"{'':<22}note: {note}")
-    print("-" * len(header))
+    groups = [
+        (limits, [
+            Figure("scale up (s)", kcm.scale_up, ours.scale_up),
+            Figure("scale down (s)", kcm.scale_down, ours.scale_down),
+            Figure("CPU, both phases (s)", kcm.cpu, ours.cpu),
+            Figure("peak RSS (MiB)", kcm.rss, ours.rss, "{:.0f}"),
+        ], kcm.notes + ours.notes)
+        for limits, kcm, ours in rows
+    ]
+    print("\n".join(side_by_side(groups)))
     print(f"apiserver ceiling: {ceiling:.0f} pods/s (one client, 64 creates in flight)")
 
 

@@ -1,0 +1,92 @@
+"""What the side-by-side benchmarks share: a controller process's figures from /proc, bounded
+concurrency for the benchmark's own requests, and the KCM | pykcm | ratio table."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- /proc ------------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process (fields 14 and 15 of /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def peak_rss_mib(pid: int) -> float:
+    """Peak resident set size (VmHWM) of a live process."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- requests ---------------------------------------------------------------------------------------
+
+
+async def bounded(coros: Iterable[Awaitable[T]], limit: int) -> list[T]:
+    """Await all of `coros` with at most `limit` in flight; results in order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(coro: Awaitable[T]) -> T:
+        async with gate:
+            return await coro
+
+    return await asyncio.gather(*(one(c) for c in coros))
+
+
+# -- report -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row: a figure for KCM and for pykcm (None where a side has no such figure)."""
+
+    name: str
+    kcm: float | None
+    pykcm: float | None
+    fmt: str = "{:.1f}"
+
+    def cell(self, value: float | None) -> str:
+        return "-" if value is None else self.fmt.format(value)
+
+
+def ratio(ours: float | None, theirs: float | None) -> str:
+    if ours is None or theirs is None or math.isnan(ours) or math.isnan(theirs) or not theirs:
+        return "n/a"
+    return f"{ours / theirs:.2f}x"
+
+
+def side_by_side(groups: Sequence[tuple[str, Sequence[Figure], Sequence[str]]], label_width: int = 22,
+                 figure_width: int = 26) -> list[str]:
+    """Table lines: per group (e.g. one client limit) its label, its figures and notes below."""
+    figure_width = max([figure_width, *(len(f.name) + 2 for _, figures, _ in groups for f in figures)])
+    header = f"{'client limits':<{label_width}}{'figure':<{figure_width}}{'KCM':>12}{'pykcm':>12}{'pykcm/KCM':>12}"
+    lines = [header, "-" * len(header)]
+    for label, figures, notes in groups:
+        for i, fig in enumerate(figures):
+            lines.append(f"{label if i == 0 else '':<{label_width}}{fig.name:<{figure_width}}"
+                         f"{fig.cell(fig.kcm):>12}{fig.cell(fig.pykcm):>12}{ratio(fig.pykcm, fig.kcm):>12}")
+        lines += [f"{'':<{label_width}}note: {note}" for note in notes]
+    lines.append("-" * len(header))
+    return lines
+
+
+def pykcm_env() -> dict[str, str]:
+    """Environment for a `python -m pykcm...` child: this checkout first on its path, whatever
+    the working directory (an installed pykcm would otherwise win outside the checkout)."""
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": f"{REPO}{os.pathsep}{path}" if path else str(REPO)}
