@@ -41,14 +41,23 @@ class _Transport:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=self.config.ssl_context or False, limit=256)
             self._session = aiohttp.ClientSession(
-                base_url=self.config.host, connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
+                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
             )
         return self._session
+
+    def url(self, path: str) -> str:
+        return request_url(self.config.host, path)
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def request_url(host: str, path: str) -> str:
+    """The URL of an API path on `host`, whose own path (a proxy's, e.g. Rancher's
+    /k8s/clusters/c-x) prefixes every request, as client-go keeps rest.Config.Host's path."""
+    return f"{host.rstrip('/')}/{path.lstrip('/')}"
 
 
 class RestClient:
@@ -102,7 +111,7 @@ class RestClient:
             try:
                 async with self._transport.session().request(
                     method,
-                    path,
+                    self._transport.url(path),
                     params=_query(params),
                     data=data,
                     headers=self._headers(accept, content_type if data is not None else None),
@@ -138,7 +147,10 @@ class RestClient:
         timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=read_timeout)
         try:
             async with self._transport.session().get(
-                path, params=_query({**params, "watch": "true"}), headers=self._headers(JSON, None), timeout=timeout
+                self._transport.url(path),
+                params=_query({**params, "watch": "true"}),
+                headers=self._headers(JSON, None),
+                timeout=timeout,
             ) as resp:
                 metrics.rest_client_requests.labels(str(resp.status), "GET", host).inc()
                 if resp.status >= 300:
