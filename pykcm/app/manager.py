@@ -32,7 +32,8 @@ from pykcm.controller import Controller, ControllerContext
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.serving.authn import DelegatingAuthenticator
 from pykcm.serving.authz import DelegatingAuthorizer
-from pykcm.serving.certs import ServingError, load_client_ca, server_ssl_context
+from pykcm.serving.certs import ServingError, load_client_ca, read_client_ca
+from pykcm.serving.dynamiccerts import DynamicServingTLS
 from pykcm.serving.healthz import HealthCheck, controller_check
 from pykcm.serving.server import SecureServer
 from pykcm.util.log import get_logger
@@ -61,6 +62,7 @@ class Manager:
         self.identity = new_identity()
         self.elector: LeaderElector | None = None
         self.server: SecureServer | None = None
+        self._tls_refresh: asyncio.Task | None = None
         # What /healthz reports: leaderElection (when electing), then one per started controller.
         self.health_checks: list[HealthCheck] = []
         self._drain_timeout = SHUTDOWN_DRAIN_TIMEOUT
@@ -76,6 +78,9 @@ class Manager:
             else:
                 await self._run_controllers(stop)
         finally:
+            if self._tls_refresh is not None:
+                self._tls_refresh.cancel()
+                await asyncio.gather(self._tls_refresh, return_exceptions=True)
             if self.server is not None:
                 await self.server.stop()
             for client in (*self._extra_clients, self.client):
@@ -111,13 +116,13 @@ class Manager:
         authn_client = self._delegated_client(opts.authentication_kubeconfig, "authentication-delegator")
         authz_client = self._delegated_client(opts.authorization_kubeconfig, "authorization-delegator")
         try:
-            context = server_ssl_context(
+            tls = DynamicServingTLS(
                 opts.tls_cert_file, opts.tls_private_key_file, opts.bind_address, await load_client_ca(authn_client)
             )
             server = SecureServer(
                 opts.bind_address,
                 opts.secure_port,
-                context,
+                tls.context,
                 lambda: list(self.health_checks),
                 DelegatingAuthenticator(authn_client),
                 DelegatingAuthorizer(authz_client, opts.authorization_always_allow_paths),
@@ -126,6 +131,8 @@ class Manager:
         except ServingError as err:
             raise ManagerError(str(err)) from None
         self.server = server
+        # Certificate files and the client CA are re-read while serving, as KCM's dynamic content.
+        self._tls_refresh = asyncio.create_task(tls.run(lambda: read_client_ca(authn_client)), name="serving tls")
 
     # -- leader election ------------------------------------------------------------------------------
 
