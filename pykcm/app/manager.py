@@ -29,12 +29,13 @@ from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.events import EventRecorder
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, ControllerContext
+from pykcm.controller.progress import forget_progress, watch_progress
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.serving.authn import DelegatingAuthenticator
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError, load_client_ca, read_client_ca
 from pykcm.serving.dynamiccerts import DynamicServingTLS
-from pykcm.serving.healthz import HealthCheck, controller_check
+from pykcm.serving.healthz import HealthCheck, controller_checks
 from pykcm.serving.server import SecureServer
 from pykcm.util.log import get_logger
 
@@ -235,7 +236,8 @@ class Manager:
         for controller in self.controllers:
             metrics.running_managed_controllers.labels(controller.name, MANAGER_NAME).set(1)
             controller.last_progress = time.monotonic()  # progress is judged from when workers start
-            self.health_checks.append(controller_check(controller))
+            stuck = watch_progress(controller)
+            self.health_checks.extend(controller_checks(controller.name, lambda: None, stuck))
         waiter = asyncio.create_task(stop.wait())
         try:
             done, _ = await asyncio.wait({waiter, *workers}, return_when=asyncio.FIRST_COMPLETED)
@@ -257,6 +259,7 @@ class Manager:
             await asyncio.gather(*workers, return_exceptions=True)
         for controller in self.controllers:
             metrics.running_managed_controllers.labels(controller.name, MANAGER_NAME).set(0)
+            forget_progress(controller)
         await asyncio.gather(*(c.events.close() for c in self.controllers))
         if self._service_accounts is not None:
             await self._service_accounts.close()
