@@ -23,11 +23,12 @@ from pykcm.client.rest import RestClient
 from pykcm.informers import metrics
 from pykcm.informers.delta_queue import DeltaQueue, DeltaType
 from pykcm.util.backoff import BackoffManager
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, one_line
 
 PAGE_SIZE = 500
 WATCH_TIMEOUT_RANGE = (300, 600)  # seconds; spread so watches don't all reconnect together
 MIN_WATCH_DURATION = 1.0  # a watch that ends sooner with no events is treated as an error
+REPEAT_LOG_INTERVAL = 60.0  # the same failure again within this is logged at -v=4 only
 
 log = get_logger("reflector")
 
@@ -70,6 +71,10 @@ class Reflector:
         self.last_resource_version = ""
         self._backoff = backoff or default_backoff()
         self.label = resource.name
+        # Why the last list-and-watch failed; None once a list succeeds. Until the informer has
+        # synced this is why it cannot (a forbidden LIST, say).
+        self.last_error: str | None = None
+        self._logged: tuple[str, str, float] = ("", "", 0.0)  # message, error, when
 
     async def run(self) -> None:
         while True:
@@ -80,7 +85,8 @@ class Reflector:
             except Gone as err:
                 log.info("Watch expired, will relist", resource=self.label, reason=err.message)
             except Exception as err:
-                log.error(err, "Failed to list or watch, will relist", resource=self.label)
+                self.last_error = one_line(err)
+                self._report("Failed to list or watch, will relist", self.last_error)
             await asyncio.sleep(self._backoff.next())
 
     async def _list_and_watch(self) -> None:
@@ -92,11 +98,22 @@ class Reflector:
                 continue  # the server closed the watch at its timeout: re-watch from where we were
             except (TransportError, TooManyRequests) as err:
                 # Unreachable or shedding load: back off and resume the watch, no relist needed.
-                log.error(err, "Watch failed, will retry", resource=self.label)
+                self._report("Watch failed, will retry", one_line(err))
             except VeryShortWatch as err:
-                log.error(err, "Watch ended with error, will relist", resource=self.label)
+                self._report("Watch ended with error, will relist", one_line(err))
                 return
             await asyncio.sleep(self._backoff.next())
+
+    def _report(self, message: str, error: str) -> None:
+        """Log a failure; the same one again within a minute only at -v=4 (the backoff retries it
+        every few seconds, and a forbidden LIST fails the same way until RBAC changes)."""
+        now = time.monotonic()
+        last_message, last_error, when = self._logged
+        if (message, error) == (last_message, last_error) and now - when < REPEAT_LOG_INTERVAL:
+            log.v(4).info(message, resource=self.label, err=error)
+            return
+        self._logged = (message, error, now)
+        log.error(error, message, resource=self.label)
 
     # -- list -----------------------------------------------------------------------------------------
 
@@ -108,6 +125,7 @@ class Reflector:
         metrics.informer_relists.labels(self.label).inc()
         self.deltas.push(DeltaType.REPLACED, [self.transform(obj) for obj in items], list_rv)
         self._set_resource_version(list_rv)
+        self.last_error = None
         log.v(2).info("Listed", resource=self.label, items=len(items), resourceVersion=list_rv)
 
     async def _paged_list(self, path: str) -> tuple[list[dict], str]:
