@@ -31,8 +31,18 @@ T = TypeVar("T")
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: no kubelet runs in the test control plane
 
+CHECKOUT = Path(__file__).resolve().parents[1]  # the source tree these tests belong to
+
 CONTROLLER_KUBECONFIG_ENV = "PYKCM_TEST_CONTROLLER_KUBECONFIG"
 SA_CREDENTIALS_ENV = "PYKCM_TEST_USE_SA_CREDENTIALS"
+
+
+def checkout_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child `python -m pykcm...`: this checkout first on PYTHONPATH, so the
+    child runs the code under test (whatever the working directory), not an installed copy."""
+    merged = {**os.environ, **(env or {})}
+    merged["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), merged.get("PYTHONPATH")]))
+    return merged
 
 
 def admin_client(kubeconfig: Path | str, qps: float = 1000, burst: int = 1000) -> RestClient:
@@ -134,7 +144,7 @@ class PykcmProcess:
             [sys.executable, "-m", "pykcm.app.cli", "run", *self.ISOLATION_ARGS, *args],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env=checkout_env(env),
         )
 
     @property

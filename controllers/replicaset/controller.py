@@ -277,6 +277,8 @@ class ReplicaSetController(Controller):
         written = updated["metadata"].get("resourceVersion", "")
         self.consistency.wrote_at(key, rs["metadata"]["uid"], REPLICASETS, written)
         if manage_error is not None:
+            # v1.36.3 returns here, before planning the availability recheck: the rate-limited
+            # retry re-evaluates availability anyway (pinned by a unit test).
             raise manage_error
         self.schedule_availability_check(key, updated, active, evaluated_at)
 

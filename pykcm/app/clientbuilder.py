@@ -81,8 +81,13 @@ class ServiceAccountClientBuilder:
             await asyncio.sleep(max(remaining - (1 - RENEW_AT) * TOKEN_LIFETIME, 0))
             try:
                 fresh = await self._request_token(name)
-            except (ApiError, TransportError) as err:
-                log.error(err, "Failed to renew service account token", serviceAccount=f"{self.namespace}/{name}")
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                # Whatever went wrong, stopping here would let the token expire within the hour and
+                # the controller fail every call: say it in one line and keep trying.
+                reason = err if isinstance(err, (ApiError, TransportError)) else f"{type(err).__name__}: {err}"
+                log.error(reason, "Failed to renew service account token", serviceAccount=f"{self.namespace}/{name}")
                 await asyncio.sleep(backoff.next())
                 continue
             backoff.reset()

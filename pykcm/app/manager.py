@@ -2,7 +2,8 @@
 
 Order of a run: wait for the apiserver (10 s, as KCM's controller context), start the HTTPS
 server, then either run the controllers or, with leader election, stand by until this process
-holds the Lease and run them while it keeps renewing. A standby starts no informers and writes
+holds the Lease and run them while it keeps renewing. Controllers start independently, each once
+its own informers have synced (runner.py), as KCM's do. A standby starts no informers and writes
 nothing but the Lease. Losing the Lease stops everything at once and is an error (KCM exits 1);
 a signal drains the workers, then releases the Lease so a standby takes over without waiting
 for it to expire.
@@ -25,6 +26,7 @@ from pykcm.app.leaderelection import (
 )
 from pykcm.app.looplag import measure_event_loop_lag
 from pykcm.app.options import Options
+from pykcm.app.runner import MANAGER_NAME, ControllerRunner
 from pykcm.client.config import ClientConfig, load_config
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.events import EventRecorder
@@ -33,14 +35,14 @@ from pykcm.controller import Controller, ControllerContext
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.serving.authn import DelegatingAuthenticator
 from pykcm.serving.authz import DelegatingAuthorizer
-from pykcm.serving.certs import ServingError, load_client_ca, server_ssl_context
-from pykcm.serving.healthz import HealthCheck, controller_check
+from pykcm.serving.certs import ServingError, load_client_ca, read_client_ca
+from pykcm.serving.dynamiccerts import DynamicServingTLS
+from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import SecureServer
 from pykcm.util.log import get_logger
 
 log = get_logger("controller-manager")
 
-MANAGER_NAME = "pykcm"
 EVENT_COMPONENT = "pykcm"  # source of the LeaderElection events (KCM: kube-controller-manager)
 APISERVER_HEALTH_TIMEOUT = 10.0  # KCM gives up building its controller context after 10 s
 SHUTDOWN_DRAIN_TIMEOUT = 30.0  # in-flight syncs get this long to finish on SIGTERM
@@ -58,10 +60,12 @@ class Manager:
         self.factory = SharedInformerFactory(self.client.named("shared-informers"), options.min_resync_period)
         self.controller_classes = controllers
         self.controllers: list[Controller] = []
-        self.synced = asyncio.Event()
+        self.runners: list[ControllerRunner] = []
+        self.synced = asyncio.Event()  # every controller has synced its caches and runs
         self.identity = new_identity()
         self.elector: LeaderElector | None = None
         self.server: SecureServer | None = None
+        self._tls_refresh: asyncio.Task | None = None
         # What /healthz reports: leaderElection (when electing), then one per started controller.
         self.health_checks: list[HealthCheck] = []
         self._drain_timeout = SHUTDOWN_DRAIN_TIMEOUT
@@ -79,6 +83,9 @@ class Manager:
                 await self._run_controllers(stop)
         finally:
             lag.cancel()
+            if self._tls_refresh is not None:
+                self._tls_refresh.cancel()
+                await asyncio.gather(self._tls_refresh, return_exceptions=True)
             if self.server is not None:
                 await self.server.stop()
             for client in (*self._extra_clients, self.client):
@@ -114,13 +121,13 @@ class Manager:
         authn_client = self._delegated_client(opts.authentication_kubeconfig, "authentication-delegator")
         authz_client = self._delegated_client(opts.authorization_kubeconfig, "authorization-delegator")
         try:
-            context = server_ssl_context(
+            tls = DynamicServingTLS(
                 opts.tls_cert_file, opts.tls_private_key_file, opts.bind_address, await load_client_ca(authn_client)
             )
             server = SecureServer(
                 opts.bind_address,
                 opts.secure_port,
-                context,
+                tls.context,
                 lambda: list(self.health_checks),
                 DelegatingAuthenticator(authn_client),
                 DelegatingAuthorizer(authz_client, opts.authorization_always_allow_paths),
@@ -129,6 +136,8 @@ class Manager:
         except ServingError as err:
             raise ManagerError(str(err)) from None
         self.server = server
+        # Certificate files and the client CA are re-read while serving, as KCM's dynamic content.
+        self._tls_refresh = asyncio.create_task(tls.run(lambda: read_client_ca(authn_client)), name="serving tls")
 
     # -- leader election ------------------------------------------------------------------------------
 
@@ -209,50 +218,51 @@ class Manager:
             # Events are sourced from the controller's canonical name, e.g. "replicaset-controller".
             events = EventRecorder(client, cls.name)
             ctx = ControllerContext(client=client, informers=self.factory, options=self.options, events=events)
-            self.controllers.append(cls(ctx))
+            with self.factory.recording() as informers:
+                controller = cls(ctx)
+            self.controllers.append(controller)
+            self.runners.append(ControllerRunner(controller, informers))
+            # Present, and 0, until it runs: a controller that cannot start shows on the dashboard.
+            metrics.running_managed_controllers.labels(cls.name, MANAGER_NAME).set(0)
             log.info("Controller built", controller=cls.name)
 
     async def _run_controllers(self, stop: asyncio.Event) -> None:
+        """Start every controller at once; each runs as soon as its own informers have synced."""
         await self._build_controllers()
+        for runner in self.runners:  # as KCM, checked from the moment controllers are built
+            self.health_checks.extend(runner.health_checks())
         self.factory.start()
-        log.info("Waiting for caches to sync", informers=sorted(r.name for r in self.factory.informers))
-        synced = asyncio.create_task(self.factory.wait_for_cache_sync())
-        stopped = asyncio.create_task(stop.wait())
-        await asyncio.wait({synced, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        if not synced.done():
-            synced.cancel()
-            stopped.cancel()
-            await self._shutdown([])
-            return
-        stopped.cancel()
-        log.info("Caches are synced", controllers=[c.name for c in self.controllers])
-        self.synced.set()
-        workers = [asyncio.create_task(c.run(), name=f"controller {c.name}") for c in self.controllers]
-        for controller in self.controllers:
-            metrics.running_managed_controllers.labels(controller.name, MANAGER_NAME).set(1)
-            controller.last_progress = time.monotonic()  # progress is judged from when workers start
-            self.health_checks.append(controller_check(controller))
+        tasks = [asyncio.create_task(r.run(), name=f"controller {r.name}") for r in self.runners]
+        all_started = asyncio.create_task(self._all_started(), name="controllers started")
         waiter = asyncio.create_task(stop.wait())
         try:
-            done, _ = await asyncio.wait({waiter, *workers}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({waiter, *tasks}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             waiter.cancel()
-        crashed = [t for t in done if t is not waiter and t.exception()]
-        await self._shutdown(workers)
+            all_started.cancel()
+        crashed = [t for t in done if t is not waiter and not t.cancelled() and t.exception()]
+        await self._shutdown(tasks)
         if crashed:
             raise ManagerError(f"controller stopped unexpectedly: {crashed[0].exception()}")
 
-    async def _shutdown(self, workers: list[asyncio.Task]) -> None:
+    async def _all_started(self) -> None:
+        await asyncio.gather(*(r.started.wait() for r in self.runners))
+        log.info("All controllers started", controllers=[r.name for r in self.runners])
+        self.synced.set()
+
+    async def _shutdown(self, tasks: list[asyncio.Task]) -> None:
         log.info("Shutting down controllers", controllers=[c.name for c in self.controllers])
         for controller in self.controllers:
             controller.queue.shutdown()
-        if workers:
-            _, pending = await asyncio.wait(workers, timeout=self._drain_timeout)
+        # Those still waiting for caches have nothing to drain; the others finish in-flight syncs.
+        waiting = [t for t, r in zip(tasks, self.runners, strict=True) if not r.started.is_set()]
+        for task in waiting:
+            task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self._drain_timeout)
             for task in pending:
                 task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-        for controller in self.controllers:
-            metrics.running_managed_controllers.labels(controller.name, MANAGER_NAME).set(0)
+            await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(c.events.close() for c in self.controllers))
         if self._service_accounts is not None:
             await self._service_accounts.close()

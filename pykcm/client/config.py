@@ -29,9 +29,15 @@ class ClientConfig:
     user_agent: str = ""
     ca_file: str | None = None  # to build clients that trust the server but present other credentials
     verify_tls: bool = True
+    cert_file: str | None = None  # client certificate and key files, re-read when they rotate
+    key_file: str | None = None
 
     def with_limits(self, qps: float, burst: int) -> ClientConfig:
         return replace(self, qps=qps, burst=burst)
+
+    def client_tls_context(self) -> ssl.SSLContext:
+        """A fresh client TLS context from the files as they are now (for certificate rotation)."""
+        return tls_context(self.ca_file, self.verify_tls, self.cert_file, self.key_file)
 
 
 def load_config(kubeconfig: str | None = None, master: str | None = None, context: str | None = None) -> ClientConfig:
@@ -71,6 +77,8 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         token_source=lambda: cfg.get_api_key_with_prefix("BearerToken", alias="authorization"),
         ca_file=cfg.ssl_ca_cert,
         verify_tls=bool(cfg.verify_ssl),
+        cert_file=cfg.cert_file if https else None,
+        key_file=cfg.key_file if https else None,
     )
 
 
@@ -85,6 +93,8 @@ def bearer_token_config(base: ClientConfig, token_source: Callable[[], str | Non
         base,
         ssl_context=tls_context(base.ca_file, base.verify_tls) if https else None,
         token_source=token_source,
+        cert_file=None,
+        key_file=None,
     )
 
 

@@ -2,8 +2,10 @@
 
 `record()` never blocks a sync: events go through a bounded in-memory queue to one sender
 task. A repeat of the same (object, type, reason, message) bumps `count` and `lastTimestamp`
-on the existing Event with a PATCH instead of creating another; each object has a token
-bucket (burst 25, one more per 5 minutes) so a hot loop cannot flood the API.
+on the existing Event with a PATCH instead of creating another; each object and event type has
+a token bucket (burst 25, one more per 5 minutes) so a hot loop cannot flood the API. Both
+memories are LRU caches of 4,096 entries, as client-go's (tools/record/events_cache.go), so a
+long-running process that events about ever new objects stays bounded.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pykcm.client.rest import STRATEGIC_MERGE_PATCH, RestClient
 from pykcm.util import apitime
 from pykcm.util.flowcontrol import TokenBucket
 from pykcm.util.log import get_logger
+from pykcm.util.lru import LRUCache
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -27,7 +30,7 @@ WARNING = "Warning"
 SPAM_BURST = 25
 SPAM_QPS = 1.0 / 300.0
 MAX_PENDING = 1000  # client-go's broadcaster queue length; beyond it events are dropped, never blocking
-MAX_TRACKED = 4096  # aggregation memory (client-go's LRU is 4096 entries)
+MAX_TRACKED = 4096  # entries of each LRU: spam-filter buckets, sent events (client-go's maxLruCacheEntries)
 
 log = get_logger("events")
 
@@ -46,8 +49,8 @@ class EventRecorder:
         self.component = component
         self.host = host or socket.gethostname()
         self._pending: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_PENDING)
-        self._sent: dict[tuple, _Sent] = {}
-        self._buckets: dict[str, TokenBucket] = {}
+        self._sent: LRUCache[tuple, _Sent] = LRUCache(MAX_TRACKED)
+        self._buckets: LRUCache[tuple, TokenBucket] = LRUCache(MAX_TRACKED)
         self._task: asyncio.Task | None = None
 
     def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
@@ -88,7 +91,12 @@ class EventRecorder:
                 self._pending.task_done()
 
     async def _send(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        bucket = self._buckets.setdefault(involved["uid"] or involved["name"], TokenBucket(SPAM_QPS, SPAM_BURST))
+        # client-go's getSpamKey: source (one per recorder), the involved object, and the type.
+        spam_key = (*(involved[k] for k in ("kind", "namespace", "name", "uid", "apiVersion")), type_)
+        bucket = self._buckets.get(spam_key)
+        if bucket is None:
+            bucket = TokenBucket(SPAM_QPS, SPAM_BURST)
+        self._buckets.put(spam_key, bucket)  # a use, allowed or not, makes it the most recent
         if bucket.reserve() > 0:
             bucket.undo()  # dropped, as client-go's spam filter does; don't also spend a future token
             return
@@ -105,7 +113,7 @@ class EventRecorder:
                 sent.count += 1
                 return
             except NotFound:
-                del self._sent[key]  # the event expired (TTL); start a new one
+                self._sent.pop(key)  # the event expired (TTL); start a new one
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -122,6 +130,4 @@ class EventRecorder:
             "reportingInstance": self.host,
         }
         created = await self.client.create(EVENTS, body, namespace=namespace)
-        if len(self._sent) >= MAX_TRACKED:
-            self._sent.pop(next(iter(self._sent)))
-        self._sent[key] = _Sent(created["metadata"]["name"], namespace, 1)
+        self._sent.put(key, _Sent(created["metadata"]["name"], namespace, 1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from time import monotonic
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -13,6 +14,7 @@ import orjson
 
 from pykcm import __version__
 from pykcm.client import metrics
+from pykcm.client.certrotation import CLIENT_CERT_REFRESH, ClientCertRotation
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import TooManyRequests, TransportError, error_from_status
 from pykcm.client.resources import Resource
@@ -35,20 +37,51 @@ class _Transport:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         self.host_label = urlsplit(config.host).netloc
+        self._ssl_context = config.ssl_context
         self._session: aiohttp.ClientSession | None = None
+        self._rotation: ClientCertRotation | None = None
+        if config.ssl_context is not None and config.cert_file and config.key_file:
+            self._rotation = ClientCertRotation(
+                config.cert_file, config.key_file, config.client_tls_context, monotonic(), CLIENT_CERT_REFRESH
+            )
+        self._closing: set[asyncio.Task] = set()
 
     def session(self) -> aiohttp.ClientSession:
+        self._rotate_client_certificate()
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self.config.ssl_context or False, limit=256)
+            connector = aiohttp.TCPConnector(ssl=self._ssl_context or False, limit=256)
             self._session = aiohttp.ClientSession(
-                base_url=self.config.host, connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
+                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
             )
         return self._session
+
+    def _rotate_client_certificate(self) -> None:
+        """New connections present a rotated client certificate; pooled ones are closed (client-go
+        CloseAll()s its dialer), so requests in flight on them fail and are retried by their callers."""
+        context = self._rotation.rotated(monotonic()) if self._rotation is not None else None
+        if context is None:
+            return
+        self._ssl_context = context
+        if self._session is not None:
+            task = asyncio.get_running_loop().create_task(self._session.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+            self._session = None
+
+    def url(self, path: str) -> str:
+        return request_url(self.config.host, path)
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+def request_url(host: str, path: str) -> str:
+    """The URL of an API path on `host`, whose own path (a proxy's, e.g. Rancher's
+    /k8s/clusters/c-x) prefixes every request, as client-go keeps rest.Config.Host's path."""
+    return f"{host.rstrip('/')}/{path.lstrip('/')}"
 
 
 class RestClient:
@@ -102,7 +135,7 @@ class RestClient:
             try:
                 async with self._transport.session().request(
                     method,
-                    path,
+                    self._transport.url(path),
                     params=_query(params),
                     data=data,
                     headers=self._headers(accept, content_type if data is not None else None),
@@ -138,7 +171,10 @@ class RestClient:
         timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=read_timeout)
         try:
             async with self._transport.session().get(
-                path, params=_query({**params, "watch": "true"}), headers=self._headers(JSON, None), timeout=timeout
+                self._transport.url(path),
+                params=_query({**params, "watch": "true"}),
+                headers=self._headers(JSON, None),
+                timeout=timeout,
             ) as resp:
                 metrics.rest_client_requests.labels(str(resp.status), "GET", host).inc()
                 if resp.status >= 300:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram, disable_created_metrics
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
 from pykcm.client.metrics import REST_BUCKETS
 
@@ -16,4 +16,10 @@ controller_sync_duration = Histogram(
 )
 controller_sync_errors = Counter(
     "pykcm_controller_sync_errors_total", "Syncs that returned an error and were re-queued.", ["controller"]
+)
+controller_stuck = Gauge(
+    "pykcm_controller_stuck",
+    "1 while a controller looks stuck: one sync running over 10 minutes, or keys queued and no sync "
+    "finished for 5 minutes; else 0.",
+    ["controller"],
 )

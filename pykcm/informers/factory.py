@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import Iterator
 
 from pykcm.client.resources import Resource
 from pykcm.client.rest import RestClient
@@ -24,6 +26,7 @@ class SharedInformerFactory:
         self.client = client
         self.min_resync_period = min_resync_period
         self._informers: dict[Resource, SharedInformer] = {}
+        self._recording: list[SharedInformer] | None = None
 
     def informer(self, resource: Resource, indexers: dict[str, IndexFunc] | None = None) -> SharedInformer:
         """The shared informer for `resource`, created on first request, plus any extra indexers."""
@@ -33,7 +36,19 @@ class SharedInformerFactory:
             self._informers[resource] = informer
         if indexers:
             informer.add_indexers(indexers)
+        if self._recording is not None and informer not in self._recording:
+            self._recording.append(informer)
         return informer
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[SharedInformer]]:
+        """Collect the informers requested inside the block (by one controller's constructor), so
+        that controller waits for exactly those, as a KCM controller lists its own HasSynced."""
+        outer, self._recording = self._recording, []
+        try:
+            yield self._recording
+        finally:
+            self._recording = outer
 
     @property
     def informers(self) -> dict[Resource, SharedInformer]:

@@ -90,6 +90,10 @@ class SharedInformer:
     async def wait_synced(self) -> None:
         await self._synced.wait()
 
+    def sync_error(self) -> str | None:
+        """Why this informer has not synced yet (its last failed list), or None."""
+        return None if self.has_synced() else self.reflector.last_error
+
     def last_sync_resource_version(self) -> str:
         return self._synced_resource_version
 

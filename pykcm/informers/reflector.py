@@ -1,8 +1,12 @@
 """List, then watch; keep a DeltaQueue fed with every change, relisting when history is gone.
 
-Follows client-go's tools/cache/reflector.go: LIST is paginated (limit 500); WATCH resumes
-from the last seen resourceVersion with bookmarks and a randomised server timeout; 410 Gone
-means relist; network errors back off 0.8 s .. 30 s.
+Follows client-go's tools/cache/reflector.go: `Run` is `delayHandler.Until(ListAndWatch)`, so
+every end of a list-and-watch (a failed list, an expired watch, a watch that ended with an
+error) waits for the next step of one backoff (0.8 s doubling to 30 s, jitter 1.0, starting over
+every 2 minutes) before listing again. Inside a list-and-watch, a watch the server closes at its
+timeout is re-opened at once, and a refused connection or a 429 backs off (same backoff) and
+watches again from the last resourceVersion without relisting. LIST is paginated (limit 500);
+WATCH resumes from the last seen resourceVersion with bookmarks and a randomised server timeout.
 """
 
 from __future__ import annotations
@@ -11,19 +15,20 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pykcm.client.errors import ApiError, Gone, TooManyRequests, TransportError, error_from_status
 from pykcm.client.resources import Resource
 from pykcm.client.rest import RestClient
 from pykcm.informers import metrics
 from pykcm.informers.delta_queue import DeltaQueue, DeltaType
-from pykcm.util.backoff import Backoff
-from pykcm.util.log import get_logger
+from pykcm.util.backoff import BackoffManager
+from pykcm.util.log import get_logger, one_line
 
 PAGE_SIZE = 500
 WATCH_TIMEOUT_RANGE = (300, 600)  # seconds; spread so watches don't all reconnect together
 MIN_WATCH_DURATION = 1.0  # a watch that ends sooner with no events is treated as an error
+REPEAT_LOG_INTERVAL = 60.0  # the same failure again within this is logged at -v=4 only
 
 log = get_logger("reflector")
 
@@ -39,6 +44,15 @@ class VeryShortWatch(Exception):
     pass
 
 
+class Delay(Protocol):
+    def next(self) -> float: ...
+
+
+def default_backoff() -> BackoffManager:
+    """client-go's defaultBackoffInit/Max/Factor/Jitter/Reset."""
+    return BackoffManager(0.8, 30.0, factor=2.0, jitter=1.0, reset_interval=120.0)
+
+
 class Reflector:
     def __init__(
         self,
@@ -47,6 +61,7 @@ class Reflector:
         deltas: DeltaQueue,
         transform: Transform = strip_managed_fields,
         params: dict[str, str] | None = None,
+        backoff: Delay | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -54,31 +69,51 @@ class Reflector:
         self.transform = transform
         self.params = params or {}  # labelSelector / fieldSelector
         self.last_resource_version = ""
-        self._backoff = Backoff(0.8, 30.0, factor=2.0, jitter=1.0, reset_after=120.0)
+        self._backoff = backoff or default_backoff()
         self.label = resource.name
+        # Why the last list-and-watch failed; None once a list succeeds. Until the informer has
+        # synced this is why it cannot (a forbidden LIST, say).
+        self.last_error: str | None = None
+        self._logged: tuple[str, str, float] = ("", "", 0.0)  # message, error, when
 
     async def run(self) -> None:
-        need_list = True
         while True:
             try:
-                if need_list:
-                    await self._list()
-                    need_list = False
-                await self._watch()
-                continue  # server closed the watch at its timeout: re-watch from where we were
+                await self._list_and_watch()
             except asyncio.CancelledError:
                 raise
             except Gone as err:
-                log.info("Watch expired, relisting", resource=self.label, reason=err.message)
-                need_list = True
-                continue
-            except (TransportError, TooManyRequests, VeryShortWatch) as err:
-                # The server is unreachable or shedding load: resume the watch, no relist needed.
-                log.error(err, "Watch failed, will retry", resource=self.label)
+                log.info("Watch expired, will relist", resource=self.label, reason=err.message)
             except Exception as err:
-                log.error(err, "Failed to list or watch, will relist", resource=self.label)
-                need_list = True
+                self.last_error = one_line(err)
+                self._report("Failed to list or watch, will relist", self.last_error)
             await asyncio.sleep(self._backoff.next())
+
+    async def _list_and_watch(self) -> None:
+        """List, then watch until the watch ends with an error; retriable watch failures retry here."""
+        await self._list()
+        while True:
+            try:
+                await self._watch()
+                continue  # the server closed the watch at its timeout: re-watch from where we were
+            except (TransportError, TooManyRequests) as err:
+                # Unreachable or shedding load: back off and resume the watch, no relist needed.
+                self._report("Watch failed, will retry", one_line(err))
+            except VeryShortWatch as err:
+                self._report("Watch ended with error, will relist", one_line(err))
+                return
+            await asyncio.sleep(self._backoff.next())
+
+    def _report(self, message: str, error: str) -> None:
+        """Log a failure; the same one again within a minute only at -v=4 (the backoff retries it
+        every few seconds, and a forbidden LIST fails the same way until RBAC changes)."""
+        now = time.monotonic()
+        last_message, last_error, when = self._logged
+        if (message, error) == (last_message, last_error) and now - when < REPEAT_LOG_INTERVAL:
+            log.v(4).info(message, resource=self.label, err=error)
+            return
+        self._logged = (message, error, now)
+        log.error(error, message, resource=self.label)
 
     # -- list -----------------------------------------------------------------------------------------
 
@@ -90,6 +125,7 @@ class Reflector:
         metrics.informer_relists.labels(self.label).inc()
         self.deltas.push(DeltaType.REPLACED, [self.transform(obj) for obj in items], list_rv)
         self._set_resource_version(list_rv)
+        self.last_error = None
         log.v(2).info("Listed", resource=self.label, items=len(items), resourceVersion=list_rv)
 
     async def _paged_list(self, path: str) -> tuple[list[dict], str]:
@@ -151,7 +187,6 @@ class Reflector:
             self._set_resource_version(rv)
         if events == 0 and time.monotonic() - started < MIN_WATCH_DURATION:
             raise VeryShortWatch(f"very short watch of {self.label}: closed with no events")
-        self._backoff.reset()
 
     def _set_resource_version(self, rv: str) -> None:
         if not rv:

@@ -1,5 +1,5 @@
-"""TLS for the secure port: the serving certificate (given, or self-signed in memory) and the
-cluster's client CA for client-certificate authentication."""
+"""TLS material for the secure port: a self-signed serving certificate (when none is given) and
+the cluster's client CA for client-certificate authentication; dynamiccerts.py serves them."""
 
 from __future__ import annotations
 
@@ -61,25 +61,7 @@ def self_signed_certificate(bind_address: str) -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
-def server_ssl_context(
-    cert_file: str | None, key_file: str | None, bind_address: str, client_ca: str | None
-) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        if cert_file and key_file:
-            ctx.load_cert_chain(cert_file, key_file)
-        else:
-            _load_in_memory_pair(ctx, *self_signed_certificate(bind_address))
-        if client_ca:
-            ctx.load_verify_locations(cadata=client_ca)
-            ctx.verify_mode = ssl.CERT_OPTIONAL  # a certificate is one way to authenticate, not required
-    except (OSError, ssl.SSLError, ValueError) as err:
-        raise ServingError(f"invalid serving certificate: {err}") from None
-    return ctx
-
-
-def _load_in_memory_pair(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+def load_in_memory_pair(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
     # The ssl module only loads key pairs from files: a private directory that exists for one call.
     with tempfile.TemporaryDirectory(prefix="pykcm-serving-") as directory:
         cert_path, key_path = os.path.join(directory, "tls.crt"), os.path.join(directory, "tls.key")
@@ -90,17 +72,24 @@ def _load_in_memory_pair(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -
         ctx.load_cert_chain(cert_path, key_path)
 
 
+async def read_client_ca(client: RestClient) -> str | None:
+    """The cluster's client CA bundle from kube-system/extension-apiserver-authentication (None if
+    the ConfigMap has none); API errors are raised."""
+    namespace, name = CLIENT_CA_CONFIGMAP
+    configmap = await client.get(CONFIGMAPS, name, namespace=namespace)
+    return (configmap.get("data") or {}).get("client-ca-file") or None
+
+
 async def load_client_ca(client: RestClient | None) -> str | None:
-    """The cluster's client CA bundle from kube-system/extension-apiserver-authentication, if readable."""
+    """The client CA at start-up, if readable; a warning says when client certificates won't work."""
     if client is None:
         return None
     namespace, name = CLIENT_CA_CONFIGMAP
     try:
-        configmap = await client.get(CONFIGMAPS, name, namespace=namespace)
+        return await read_client_ca(client)
     except (ApiError, TransportError) as err:
         log.warning(
             "Client certificates will not be accepted: cannot read the client CA",
             configmap=f"{namespace}/{name}", err=" ".join(str(err).split()),
         )
         return None
-    return (configmap.get("data") or {}).get("client-ca-file") or None

@@ -6,29 +6,26 @@ log only: the endpoints are open to anonymous callers, so they say `reason withh
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pykcm.util.log import get_logger
 
-if TYPE_CHECKING:
-    from pykcm.controller import Controller
-
 log = get_logger("healthz")
 
-# A controller is reported stuck when one sync has run this long (namespace deletions requeue
-# rather than block, so even they stay far below it)...
-STUCK_SYNC_AFTER = 10 * 60.0
-# ...or when keys wait in its queue but no worker has finished anything for this long.
-NO_PROGRESS_AFTER = 5 * 60.0
+LIVEZ, HEALTHZ, READYZ = "livez", "healthz", "readyz"
+ENDPOINTS = frozenset({LIVEZ, HEALTHZ, READYZ})
 
 
 @dataclass(frozen=True)
 class HealthCheck:
     name: str
     check: Callable[[], str | None]
+    endpoints: frozenset[str] = ENDPOINTS  # where it is reported
+
+
+def checks_for(endpoint: str, checks: Iterable[HealthCheck]) -> list[HealthCheck]:
+    return [c for c in checks if endpoint in c.endpoints]
 
 
 PING = HealthCheck("ping", lambda: None)
@@ -79,26 +76,17 @@ def run_check(check: HealthCheck) -> str | None:
         return f"check raised {type(err).__name__}: {err}"
 
 
-def controller_check(controller: Controller, clock: Callable[[], float] = time.monotonic) -> HealthCheck:
-    """The per-controller check, named by the controller's canonical name.
+def controller_checks(
+    name: str, cannot_start: Callable[[], str | None], stuck: Callable[[], str | None]
+) -> list[HealthCheck]:
+    """One check per endpoint for a controller, named by its canonical name.
 
-    KCM's checks here are plain pings; pykcm also reports a controller whose workers are wedged.
+    /livez is what a liveness probe should restart on, and is KCM's /healthz: a ping per
+    controller (with leader election beside it). /healthz adds a controller that cannot start
+    (its informers fail to sync). /readyz adds a controller that looks stuck.
     """
-    def check() -> str | None:
-        return stuck_reason(
-            clock(),
-            controller.queue.processing_start_times(),
-            queued=len(controller.queue),
-            last_progress=controller.last_progress,
-        )
-
-    return HealthCheck(controller.name, check)
-
-
-def stuck_reason(now: float, sync_starts: Sequence[float], queued: int, last_progress: float) -> str | None:
-    """Why a controller looks stuck, or None: a sync running too long, or queued keys but no progress."""
-    if sync_starts and now - min(sync_starts) > STUCK_SYNC_AFTER:
-        return f"a sync has been running for {now - min(sync_starts):.0f}s"
-    if queued and now - last_progress > NO_PROGRESS_AFTER:
-        return f"{queued} keys queued but no sync finished for {now - last_progress:.0f}s"
-    return None
+    return [
+        HealthCheck(name, lambda: None, frozenset({LIVEZ})),
+        HealthCheck(name, cannot_start, frozenset({HEALTHZ})),
+        HealthCheck(name, lambda: cannot_start() or stuck(), frozenset({READYZ})),
+    ]

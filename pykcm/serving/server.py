@@ -26,13 +26,12 @@ from pykcm.client.errors import ApiError, TransportError
 from pykcm.serving.authn import DelegatingAuthenticator, Unauthenticated
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError
-from pykcm.serving.healthz import HealthCheck, evaluate, run_check
+from pykcm.serving.healthz import HealthCheck, checks_for, evaluate, run_check
 from pykcm.util.log import get_logger
 
 log = get_logger("server")
 
 HEALTH_ENDPOINTS = ("healthz", "livez", "readyz")
-
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
@@ -78,7 +77,7 @@ class SecureServer:
         app = web.Application(middlewares=[self._guard])
         for endpoint in HEALTH_ENDPOINTS:
             app.router.add_get(f"/{endpoint}", self._health(endpoint))
-            app.router.add_get(f"/{endpoint}/{{check}}", self._single_check)
+            app.router.add_get(f"/{endpoint}/{{check}}", self._single_check(endpoint))
         app.router.add_get("/metrics", self._metrics)
         return app
 
@@ -135,22 +134,24 @@ class SecureServer:
 
     def _health(self, endpoint: str) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:
-            result = evaluate(
-                endpoint, self.health_checks(), request.query.getall("exclude", []), "verbose" in request.query
-            )
+            checks = checks_for(endpoint, self.health_checks())
+            result = evaluate(endpoint, checks, request.query.getall("exclude", []), "verbose" in request.query)
             return _text(result.status, result.body)
 
         return handle
 
-    async def _single_check(self, request: web.Request) -> web.Response:
-        name = request.match_info["check"]
-        check = next((c for c in self.health_checks() if c.name == name), None)
-        if check is None:
-            return web.Response(status=404, text="404 page not found\n")
-        reason = run_check(check)
-        if reason is None:
-            return _text(200, "ok")
-        return _text(500, f"internal server error: {reason}\n")
+    def _single_check(self, endpoint: str) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.Response:
+            name = request.match_info["check"]
+            check = next((c for c in checks_for(endpoint, self.health_checks()) if c.name == name), None)
+            if check is None:
+                return web.Response(status=404, text="404 page not found\n")
+            reason = run_check(check)
+            if reason is None:
+                return _text(200, "ok")
+            return _text(500, f"internal server error: {reason}\n")
+
+        return handle
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -43,7 +43,7 @@ class Logger:
 
     def error(self, err: BaseException | str | None, msg: str, **kv: Any) -> None:
         if err is not None:
-            kv = {**kv, "err": _one_line(err)}
+            kv = {**kv, "err": one_line(err)}
         self._logger.error(msg, extra={"kv": kv, "v": 0})
 
 
@@ -51,7 +51,8 @@ def get_logger(name: str) -> Logger:
     return Logger(name)
 
 
-def _one_line(err: BaseException | str) -> str:
+def one_line(err: BaseException | str) -> str:
+    """An error as one line: its message with all whitespace runs made single spaces."""
     text = str(err) or type(err).__name__
     return " ".join(text.split())
 

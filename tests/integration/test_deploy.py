@@ -90,7 +90,8 @@ def test_workload_is_hardened_and_probed(kubectl):
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
     }
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    # Only what restarts KCM restarts pykcm: a stuck or unstartable controller shows on /readyz, /healthz.
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "https", "scheme": "HTTPS"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
     # On the host network beside kube-controller-manager (10257), so a port of its own.
     assert container["ports"][0]["containerPort"] == 10357 and "--secure-port=10357" in container["args"]

@@ -24,11 +24,10 @@ from pykcm.client.config import load_config
 from pykcm.client.errors import NotFound
 from pykcm.client.resources import CLUSTERROLEBINDINGS, CLUSTERROLES, NAMESPACES, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
-from pykcm.controller import Controller, ControllerContext
-from pykcm.serving import healthz
+from pykcm.controller import Controller, ControllerContext, progress
 from pykcm.serving.certs import self_signed_certificate
 from pykcm.testenv.controlplane import ControlPlane
-from tests.support import create_namespace, free_port, https_get, running_manager, wait_for
+from tests.support import create_namespace, free_port, https_get, running_manager, sample, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -176,10 +175,12 @@ class BlockingController(Controller):
             await self.release.wait()
 
 
-async def test_a_stuck_controller_fails_its_health_check(
+async def test_a_stuck_controller_is_unready_and_reported_but_stays_live(
     control_plane: ControlPlane, client: RestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(healthz, "STUCK_SYNC_AFTER", 1.0)
+    """A wedged controller fails /readyz and raises pykcm_controller_stuck; /livez and /healthz,
+    what a liveness probe restarts on, stay green as KCM's (leader election and pings)."""
+    monkeypatch.setattr(progress, "STUCK_SYNC_AFTER", 1.0)
     BlockingController.release = asyncio.Event()
     port = free_port()
     options = Options(kubeconfig=str(control_plane.kubeconfig), leader_elect=False, secure_port=port,
@@ -189,28 +190,35 @@ async def test_a_stuck_controller_fails_its_health_check(
     task = asyncio.create_task(manager.run(stop))
     url = f"https://127.0.0.1:{port}"
     name = f"blocked-{uuid.uuid4().hex[:6]}"
+    labels = {"controller": BlockingController.name}
     try:
         await asyncio.wait_for(manager.synced.wait(), 30)
-        assert await https_get(f"{url}/healthz") == (200, "ok")
+        assert await https_get(f"{url}/readyz") == (200, "ok")
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"block": "true"}}}
         await client.create(NAMESPACES, body)
 
-        async def unhealthy() -> tuple[int, str] | None:
-            result = await https_get(f"{url}/healthz")
+        async def unready() -> tuple[int, str] | None:
+            result = await https_get(f"{url}/readyz")
             return result if result[0] == 500 else None
 
-        status, text = await wait_for(unhealthy, timeout=15, interval=0.3, message="healthz failing")
-        assert text == "[-]blocking-test-controller failed: reason withheld\nhealthz check failed\n"
+        status, text = await wait_for(unready, timeout=15, interval=0.3, message="readyz failing")
+        assert text == "[-]blocking-test-controller failed: reason withheld\nreadyz check failed\n"
+        assert await https_get(f"{url}/livez") == (200, "ok")
+        assert await https_get(f"{url}/healthz") == (200, "ok")
         # Only an authorized caller sees why.
-        status, text = await https_get(f"{url}/healthz/blocking-test-controller", cert=admin_cert(control_plane))
+        status, text = await https_get(f"{url}/readyz/blocking-test-controller", cert=admin_cert(control_plane))
         assert status == 500 and "a sync has been running for" in text
+        status, text = await https_get(f"{url}/metrics", cert=admin_cert(control_plane))
+        assert sample(text, "pykcm_controller_stuck", labels) == 1
 
         BlockingController.release.set()
 
-        async def healthy() -> bool:
-            return (await https_get(f"{url}/healthz"))[0] == 200
+        async def ready() -> bool:
+            return (await https_get(f"{url}/readyz"))[0] == 200
 
-        await wait_for(healthy, timeout=10, interval=0.3, message="healthz recovering")
+        await wait_for(ready, timeout=10, interval=0.3, message="readyz recovering")
+        status, text = await https_get(f"{url}/metrics", cert=admin_cert(control_plane))
+        assert sample(text, "pykcm_controller_stuck", labels) == 0
     finally:
         BlockingController.release.set()
         stop.set()

@@ -57,3 +57,31 @@ async def test_failed_renewal_is_retried(monkeypatch):
     await asyncio.sleep(3.5)  # fails at ~0.8 s, backs off 1-2 s, then succeeds
     task.cancel()
     assert token.value != "t1"
+
+
+class MalformedOnce(FakeRoot):
+    """The first renewal gets an answer pykcm cannot use (no status): an unexpected exception."""
+
+    def __init__(self, lifetime: float) -> None:
+        super().__init__(lifetime)
+        self.malformed = False
+
+    async def request(self, method, path, **kw):
+        if self.issued == 1 and not self.malformed:
+            self.malformed = True
+            return {"kind": "TokenRequest"}
+        return await super().request(method, path, **kw)
+
+
+async def test_unexpected_renewal_failure_is_logged_and_renewal_goes_on(monkeypatch, caplog):
+    monkeypatch.setattr(clientbuilder, "TOKEN_LIFETIME", 1)
+    root = MalformedOnce(lifetime=1.0)
+    builder = clientbuilder.ServiceAccountClientBuilder(root)
+    token = await builder._request_token("replicaset-controller")
+    task = asyncio.create_task(builder._keep_renewed("replicaset-controller", token))
+    await asyncio.sleep(3.5)  # the malformed answer at ~0.8 s, back off 1-2 s, then a good token
+    assert not task.done(), task
+    task.cancel()
+    assert root.malformed and root.issued >= 2 and token.value == f"t{root.issued}"
+    failures = [r for r in caplog.records if "Failed to renew service account token" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is None  # one line, no traceback

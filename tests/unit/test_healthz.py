@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from pykcm.controller.progress import NO_PROGRESS_AFTER, STUCK_SYNC_AFTER, stuck_reason
 from pykcm.serving.authn import bearer_token
 from pykcm.serving.authz import path_allowed
-from pykcm.serving.healthz import NO_PROGRESS_AFTER, STUCK_SYNC_AFTER, HealthCheck, evaluate, stuck_reason
+from pykcm.serving.healthz import HealthCheck, checks_for, controller_checks, evaluate
 from pykcm.util.ttlcache import TTLCache
 
 OK = HealthCheck("leaderElection", lambda: None)
@@ -70,6 +71,36 @@ def test_stuck_reason(starts: list[float], queued: int, idle: float, stuck: bool
     now = 10_000.0
     reason = stuck_reason(now, [now - age for age in starts], queued, last_progress=now - idle)
     assert (reason is not None) is stuck
+
+
+def endpoint_status(checks: list[HealthCheck], endpoint: str) -> int:
+    return evaluate(endpoint, checks_for(endpoint, checks), [], verbose=True).status
+
+
+def test_a_stuck_controller_is_unready_but_neither_unhealthy_nor_dead() -> None:
+    """KCM's /healthz is leader election plus a ping per controller, so a slow or throttled
+    controller never makes a liveness probe restart it: being stuck only fails /readyz."""
+    checks = controller_checks("replicaset-controller", cannot_start=lambda: None, stuck=lambda: "a sync ran 700s")
+    assert endpoint_status(checks, "livez") == 200
+    assert endpoint_status(checks, "healthz") == 200
+    assert endpoint_status(checks, "readyz") == 500
+
+
+def test_a_controller_that_cannot_start_fails_healthz_and_readyz_but_not_livez() -> None:
+    checks = controller_checks(
+        "serviceaccount-controller", cannot_start=lambda: "serviceaccounts: forbidden", stuck=lambda: None
+    )
+    assert endpoint_status(checks, "livez") == 200
+    assert endpoint_status(checks, "healthz") == 500
+    assert endpoint_status(checks, "readyz") == 500
+
+
+def test_every_endpoint_lists_each_controller_once() -> None:
+    checks = [HealthCheck("leaderElection", lambda: None),
+              *controller_checks("replicaset-controller", lambda: None, lambda: None)]
+    for endpoint in ("livez", "healthz", "readyz"):
+        body = evaluate(endpoint, checks_for(endpoint, checks), [], verbose=True).body
+        assert body == f"[+]leaderElection ok\n[+]replicaset-controller ok\n{endpoint} check passed\n"
 
 
 @pytest.mark.parametrize(

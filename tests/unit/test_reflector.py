@@ -5,11 +5,12 @@ import asyncio
 import pytest
 
 from pykcm.client.config import ClientConfig
-from pykcm.client.errors import Gone
+from pykcm.client.errors import Gone, TooManyRequests
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient
 from pykcm.informers.delta_queue import DeltaQueue, DeltaType
 from pykcm.informers.reflector import PAGE_SIZE, Reflector
+from pykcm.util.backoff import BackoffManager
 
 
 def cm(name: str, rv: str, **meta) -> dict:
@@ -34,6 +35,8 @@ class ScriptedClient(RestClient):
     async def watch(self, path, params):
         self.watch_params.append(params)
         events = self.watches.pop(0) if self.watches else []
+        if isinstance(events, Exception):
+            raise events  # the watch request itself failed
         for event in events:
             yield event
         if not self.watches:
@@ -42,6 +45,22 @@ class ScriptedClient(RestClient):
 
 def page(items: list, rv: str, cont: str = "") -> dict:
     return {"kind": "ConfigMapList", "metadata": {"resourceVersion": rv, "continue": cont}, "items": items}
+
+
+class RecordingBackoff:
+    """Counts the delays the reflector asks for, and waits none of them."""
+
+    def __init__(self) -> None:
+        self.delays = 0
+
+    def next(self) -> float:
+        self.delays += 1
+        return 0.0
+
+
+def reflector_with(client: ScriptedClient, queue: DeltaQueue) -> tuple[Reflector, RecordingBackoff]:
+    backoff = RecordingBackoff()
+    return Reflector(client, CONFIGMAPS, queue, backoff=backoff), backoff
 
 
 async def run_until(reflector: Reflector, queue: DeltaQueue, count: int) -> list:
@@ -100,7 +119,7 @@ async def test_watch_error_410_relists_and_the_next_watch_starts_from_the_new_li
         watches=[[{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}], []],
     )
     queue = DeltaQueue()
-    reflector = Reflector(client, CONFIGMAPS, queue)
+    reflector, _ = reflector_with(client, queue)
     first, second = await run_until(reflector, queue, 2)
     assert first.type is second.type is DeltaType.REPLACED
     assert [o["metadata"]["name"] for o in second.payload] == ["b"]
@@ -113,3 +132,60 @@ def test_non_numeric_resource_versions_are_kept_but_not_exported(rv):
     reflector = Reflector(ScriptedClient([]), CONFIGMAPS, DeltaQueue())
     reflector._set_resource_version(rv)
     assert reflector.last_resource_version == rv
+
+
+EXPIRED_EVENT = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+
+
+@pytest.mark.parametrize("expiry", [[EXPIRED_EVENT], Gone(410, "Expired", "too old resource version")],
+                         ids=["error-event", "watch-request"])
+async def test_expired_watch_relists_only_after_the_list_and_watch_backoff(expiry):
+    """client-go's Run is `delayHandler.Until(ListAndWatch)`: a 410 ends ListAndWatch, and the
+    relist waits for the next backoff delay like any other end of ListAndWatch."""
+    client = ScriptedClient([page([cm("a", "1")], "10"), page([cm("b", "30")], "30")], watches=[expiry, []])
+    queue = DeltaQueue()
+    reflector, backoff = reflector_with(client, queue)
+    await run_until(reflector, queue, 2)
+    assert len(client.requests) == 2 and backoff.delays == 1
+
+
+async def test_throttled_watch_backs_off_and_watches_again_without_relisting():
+    throttled = TooManyRequests(429, "TooManyRequests", "slow down")
+    client = ScriptedClient(
+        [page([cm("a", "1")], "10")],
+        watches=[throttled, [{"type": "ADDED", "object": cm("b", "11")}]],
+    )
+    queue = DeltaQueue()
+    reflector, backoff = reflector_with(client, queue)
+    await run_until(reflector, queue, 2)
+    assert len(client.requests) == 1 and backoff.delays == 1
+    assert [p["resourceVersion"] for p in client.watch_params] == ["10", "10"]
+
+
+async def test_very_short_watch_backs_off_then_relists_as_client_go():
+    client = ScriptedClient([page([cm("a", "1")], "10"), page([cm("a", "1")], "12")], watches=[[], []])
+    queue = DeltaQueue()
+    reflector, backoff = reflector_with(client, queue)
+    await run_until(reflector, queue, 2)
+    assert len(client.requests) == 2 and backoff.delays == 1
+
+
+def test_backoff_manager_steps_like_client_gos_and_restarts_every_reset_interval():
+    """wait.Backoff{0.8s, x2, cap 30s}.DelayWithReset(clock, 2m): the sequence starts over once
+    2 minutes have passed since it (re)started, however recent the last step was."""
+    now = [0.0]
+    backoff = BackoffManager(0.8, 30.0, factor=2.0, jitter=0.0, reset_interval=120.0, clock=lambda: now[0])
+    delays = []
+    for _ in range(8):
+        delays.append(backoff.next())
+        now[0] += 15.0
+    assert delays == pytest.approx([0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0])
+    now[0] = 120.5  # the last step was at 105 s, but the sequence started at 0 s
+    assert backoff.next() == pytest.approx(0.8)
+    assert backoff.next() == pytest.approx(1.6)
+
+
+def test_backoff_manager_jitter_stays_within_one_factor():
+    backoff = BackoffManager(0.8, 30.0, factor=2.0, jitter=1.0, reset_interval=120.0)
+    first = backoff.next()
+    assert 0.8 <= first < 1.6

@@ -492,6 +492,20 @@ async def test_scenario_22_requeued_when_next_pod_becomes_available(h: Harness) 
     assert key == "ns/web" and 4 <= delay <= 7
 
 
+async def test_manage_error_returns_before_the_availability_recheck_as_1_36_does(h: Harness) -> None:
+    """kubernetes v1.36.3 replica_set.go syncReplicaSet: `if manageReplicasErr != nil { return
+    manageReplicasErr }` comes before the minReadySeconds AddAfter. The rate-limited retry of
+    the error re-evaluates availability itself, so no delayed recheck is planned on top."""
+    rs = h.add_rs(make_rs(replicas=2, minReadySeconds=10))
+    h.add_pod(make_pod("p", owner=rs, status=ready_status(4)))
+    h.api.fail["create"] = Forbidden(403, "Forbidden", "exceeded quota")
+    with pytest.raises(Forbidden):
+        await h.sync()
+    status = h.last_status()  # status is still written first
+    assert (status["readyReplicas"], status["availableReplicas"]) == (1, 0)
+    assert h.after == []
+
+
 async def test_scenario_22_pod_turning_ready_requeues_after_min_ready(h: Harness) -> None:
     rs = h.add_rs(make_rs(replicas=1, minReadySeconds=10))
     old = h.add_pod(make_pod("p", owner=rs, status={"phase": "Running"}))

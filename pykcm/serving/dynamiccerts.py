@@ -1,0 +1,156 @@
+"""The secure port's TLS content, reloaded while serving, as the apiserver's dynamiccertificates
+package does it for KCM:
+
+- the serving pair from --tls-cert-file/--tls-private-key-file (DynamicCertKeyPairContent):
+  re-read when the files change (their stat is checked every second, where Go uses fsnotify)
+  and at least every minute; a pair that does not load is logged and the old one is served;
+- the client CA from kube-system/extension-apiserver-authentication (ConfigMapCAController):
+  re-read every minute; a failed read keeps the current CA.
+
+Every handshake takes the current content: the listening context's SNI callback, which OpenSSL
+calls with or without a server name, swaps in a context built from it. The verify mode is the
+listening context's (OpenSSL keeps it per connection), so it follows whether a CA is known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+
+from pykcm.client.errors import ApiError, TransportError
+from pykcm.serving.certs import ServingError, load_in_memory_pair, self_signed_certificate
+from pykcm.util.log import get_logger
+
+FILE_CHECK = 1.0  # seconds between stats of the serving files
+FILE_REFRESH = 60.0  # the files are re-read at least this often (Go's FileRefreshDuration)
+CLIENT_CA_REFRESH = 60.0  # the client CA ConfigMap is re-read this often
+
+log = get_logger("dynamic-serving")
+
+FetchCA = Callable[[], Awaitable[str | None]]
+
+
+class DynamicServingTLS:
+    def __init__(self, cert_file: str | None, key_file: str | None, bind_address: str, client_ca: str | None) -> None:
+        self.cert_file = cert_file if cert_file and key_file else None
+        self.key_file = key_file if cert_file and key_file else None
+        try:
+            self._pair = self._read_pair() if self.cert_file else self_signed_certificate(bind_address)
+            self._client_ca = client_ca
+            self._current = self._build(self._pair, client_ca)
+            self.context = self._listening_context()
+        except (OSError, ssl.SSLError, ValueError) as err:
+            raise ServingError(f"invalid serving certificate: {err}") from None
+        self._stat = self._file_stat()
+
+    # -- content --------------------------------------------------------------------------------------
+
+    def reload_pair(self) -> bool:
+        """Re-read the serving files; True if a new, valid pair is now served."""
+        if self.cert_file is None:
+            return False
+        try:
+            pair = self._read_pair()
+            if pair == self._pair:
+                return False
+            current = self._build(pair, self._client_ca)
+        except (OSError, ssl.SSLError, ValueError) as err:
+            log.error(err, "Cannot load the serving certificate, still serving the previous one",
+                      cert=self.cert_file, key=self.key_file)
+            return False
+        self._pair, self._current = pair, current
+        log.info("Loaded a new serving certificate", cert=self.cert_file, key=self.key_file)
+        return True
+
+    def set_client_ca(self, client_ca: str | None) -> bool:
+        """Trust `client_ca` for client certificates from the next handshake; True if it changed."""
+        if client_ca == self._client_ca:
+            return False
+        try:
+            current = self._build(self._pair, client_ca)
+        except (ssl.SSLError, ValueError) as err:
+            log.error(err, "Cannot load the new client CA, keeping the previous one")
+            return False
+        self._client_ca, self._current = client_ca, current
+        self.context.verify_mode = ssl.CERT_OPTIONAL if client_ca else ssl.CERT_NONE
+        log.info("Loaded a new client CA", present=bool(client_ca))
+        return True
+
+    # -- refresh loop ---------------------------------------------------------------------------------
+
+    async def run(self, fetch_client_ca: FetchCA | None) -> None:
+        """Until cancelled: files on change (or every minute), the client CA every minute."""
+        next_files = next_ca = time.monotonic()
+        while True:
+            now = time.monotonic()
+            stat = self._file_stat()
+            if self.cert_file is not None and (stat != self._stat or now >= next_files):
+                self._stat = stat
+                next_files = now + FILE_REFRESH
+                self.reload_pair()
+            if fetch_client_ca is not None and now >= next_ca:
+                next_ca = now + CLIENT_CA_REFRESH
+                await self._refresh_client_ca(fetch_client_ca)
+            waits = [FILE_CHECK] if self.cert_file is not None else []
+            if fetch_client_ca is not None:
+                waits.append(max(next_ca - time.monotonic(), 0.0))
+            if not waits:
+                return  # a self-signed pair and no CA to follow: nothing ever changes
+            await asyncio.sleep(min(waits))
+
+    async def _refresh_client_ca(self, fetch: FetchCA) -> None:
+        try:
+            client_ca = await fetch()
+        except (ApiError, TransportError) as err:
+            log.v(2).info("Cannot re-read the client CA, keeping the current one", err=" ".join(str(err).split()))
+            return
+        self.set_client_ca(client_ca)
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _read_pair(self) -> tuple[bytes, bytes]:
+        assert self.cert_file is not None and self.key_file is not None
+        with open(self.cert_file, "rb") as cert, open(self.key_file, "rb") as key:
+            pair = cert.read(), key.read()
+        if not pair[0] or not pair[1]:
+            raise ValueError(f"missing content for serving cert {self.cert_file}::{self.key_file}")
+        return pair
+
+    def _file_stat(self) -> tuple[tuple[int, int, int], ...]:
+        stats = []
+        for path in (self.cert_file, self.key_file):
+            if path is None:
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                stats.append((0, 0, 0))
+                continue
+            stats.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        return tuple(stats)
+
+    @staticmethod
+    def _build(pair: tuple[bytes, bytes], client_ca: str | None) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        load_in_memory_pair(ctx, *pair)
+        if client_ca:
+            ctx.load_verify_locations(cadata=client_ca)
+            # A certificate is one way to authenticate, not required. (Python reports the peer
+            # certificate by the verify mode of the context a connection ends up with.)
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+        return ctx
+
+    def _listening_context(self) -> ssl.SSLContext:
+        ctx = self._build(self._pair, None)
+        # OpenSSL takes the verify mode of each connection from this context.
+        ctx.verify_mode = ssl.CERT_OPTIONAL if self._client_ca else ssl.CERT_NONE
+
+        def use_current(conn: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _ctx: ssl.SSLContext) -> None:
+            conn.context = self._current
+
+        ctx.sni_callback = use_current
+        return ctx

@@ -1,0 +1,94 @@
+"""Client certificate files named by the kubeconfig are re-read, as client-go's cert rotation
+(transport/cert_rotation.go) does: a rotated pair is used from the next check on, and the
+connections opened with the old one are closed."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from pykcm.client import rest
+from pykcm.client.config import ClientConfig, tls_context
+from pykcm.client.rest import RestClient
+from pykcm.testenv.certs import Pki, ensure_pki
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return ensure_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+async def mtls_server(pki: Pki) -> AsyncIterator[str]:
+    """Answers with the common name of the client certificate it was shown."""
+
+    async def whoami(request: web.Request) -> web.Response:
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        subject = dict(pair[0] for pair in (peer or {}).get("subject", ()))
+        return web.json_response({"cn": subject.get("commonName")})
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pki.apiserver_cert, pki.apiserver_key)
+    ctx.load_verify_locations(cafile=pki.ca_cert)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    app = web.Application()
+    app.router.add_get("/whoami", whoami)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    yield f"https://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    await runner.cleanup()
+
+
+def client_for(server: str, pki: Pki, cert: Path, key: Path) -> RestClient:
+    config = ClientConfig(
+        host=server, ssl_context=tls_context(str(pki.ca_cert), True, str(cert), str(key)),
+        ca_file=str(pki.ca_cert), cert_file=str(cert), key_file=str(key),
+    )
+    return RestClient(config)
+
+
+async def test_a_rotated_client_certificate_is_used_after_the_next_check(
+    mtls_server: str, pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(rest, "monotonic", lambda: now[0])
+    cert, key = tmp_path / "client.crt", tmp_path / "client.key"
+    shutil.copy(pki.admin_cert, cert)
+    shutil.copy(pki.admin_key, key)
+    client = client_for(mtls_server, pki, cert, key)
+    try:
+        assert (await client.request("GET", "/whoami"))["cn"] == "pykcm-admin"
+        shutil.copy(pki.kcm_cert, cert)  # rotated in place, as cert-manager or kubelet would
+        shutil.copy(pki.kcm_key, key)
+        assert (await client.request("GET", "/whoami"))["cn"] == "pykcm-admin"  # not re-read yet
+        now[0] += rest.CLIENT_CERT_REFRESH
+        assert (await client.request("GET", "/whoami"))["cn"] == "system:kube-controller-manager"
+    finally:
+        await client.close()
+
+
+async def test_a_half_written_pair_keeps_the_old_one(
+    mtls_server: str, pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(rest, "monotonic", lambda: now[0])
+    cert, key = tmp_path / "client.crt", tmp_path / "client.key"
+    shutil.copy(pki.admin_cert, cert)
+    shutil.copy(pki.admin_key, key)
+    client = client_for(mtls_server, pki, cert, key)
+    try:
+        shutil.copy(pki.kcm_cert, cert)  # the new certificate, but still the old key
+        now[0] += rest.CLIENT_CERT_REFRESH
+        assert (await client.request("GET", "/whoami"))["cn"] == "pykcm-admin"
+        shutil.copy(pki.kcm_key, key)
+        now[0] += rest.CLIENT_CERT_REFRESH
+        assert (await client.request("GET", "/whoami"))["cn"] == "system:kube-controller-manager"
+    finally:
+        await client.close()

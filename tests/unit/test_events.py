@@ -1,0 +1,76 @@
+"""The event recorder's memory (spam-filter buckets, aggregation records) is bounded like
+client-go's EventCorrelator: LRU caches of 4,096 entries (tools/record/events_cache.go)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from pykcm.client import events
+from pykcm.client.events import EventRecorder
+from pykcm.client.resources import Resource
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.created: list[dict] = []
+        self.patched: list[str] = []
+        self._names = itertools.count()
+
+    async def create(self, res: Resource, body: dict, namespace: str | None = None) -> dict:
+        self.created.append(body)
+        return {**body, "metadata": {**body["metadata"], "name": f"e{next(self._names)}"}}
+
+    async def patch(self, res: Resource, name: str, body: dict, **_: Any) -> dict:
+        self.patched.append(name)
+        return {}
+
+
+def pod(i: int) -> dict:
+    return {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"}}
+
+
+async def send(recorder: EventRecorder, obj: dict, type_: str = events.NORMAL, message: str = "m") -> None:
+    involved = {**{k: obj.get(k, "") for k in ("kind", "apiVersion")}, **{
+        k: obj["metadata"].get(k, "") for k in ("namespace", "name", "uid")}, "resourceVersion": ""}
+    await recorder._send(involved, type_, "Reason", message)
+
+
+async def test_spam_filter_buckets_are_an_lru_of_4096() -> None:
+    api = FakeApi()
+    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
+    for i in range(events.MAX_TRACKED + 100):
+        await send(recorder, pod(i))
+    assert len(recorder._buckets) == events.MAX_TRACKED
+    assert len(recorder._sent) == events.MAX_TRACKED
+
+
+async def test_the_least_recently_used_object_is_forgotten_first() -> None:
+    api = FakeApi()
+    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
+    for _ in range(events.SPAM_BURST):
+        await send(recorder, pod(0))  # p0 spends its whole burst
+    for i in range(1, events.MAX_TRACKED):
+        await send(recorder, pod(i))
+    await send(recorder, pod(0))  # p0 used again: the most recent now, and still throttled
+    assert len(api.created) + len(api.patched) == events.SPAM_BURST + events.MAX_TRACKED - 1
+    await send(recorder, pod(events.MAX_TRACKED))  # one too many: the least recently used goes
+    assert spam_key(pod(1)) not in recorder._buckets
+    assert spam_key(pod(0)) in recorder._buckets
+    writes = len(api.created) + len(api.patched)
+    await send(recorder, pod(0))
+    assert len(api.created) + len(api.patched) == writes  # p0's empty bucket survived: still throttled
+
+
+def spam_key(obj: dict, type_: str = events.NORMAL) -> tuple:
+    meta = obj["metadata"]
+    return (obj["kind"], meta["namespace"], meta["name"], meta["uid"], obj["apiVersion"], type_)
+
+
+async def test_spam_key_includes_the_event_type_as_client_go() -> None:
+    api = FakeApi()
+    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
+    for _ in range(events.SPAM_BURST + 1):
+        await send(recorder, pod(0), events.NORMAL)
+    await send(recorder, pod(0), events.WARNING)  # its own bucket: not throttled by the Normal ones
+    assert api.created[-1]["type"] == events.WARNING

@@ -1,0 +1,125 @@
+"""A controller waits for its own informers only; while one cannot sync it says why, now and
+then, and fails its /healthz check; once they sync it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import pytest
+
+from pykcm.app import runner as runner_module
+from pykcm.app.options import Options
+from pykcm.app.runner import ControllerRunner
+from pykcm.client.errors import Forbidden
+from pykcm.client.resources import NAMESPACES, SERVICEACCOUNTS, Resource
+from pykcm.controller import Controller, ControllerContext
+from pykcm.informers.delta_queue import DeltaQueue
+from pykcm.informers.factory import SharedInformerFactory
+from pykcm.informers.reflector import Reflector
+from pykcm.serving.healthz import checks_for, evaluate
+from tests.unit.test_reflector import RecordingBackoff, ScriptedClient, page
+
+
+@dataclass
+class FakeInformer:
+    resource: Resource
+    synced: bool = False
+    error: str | None = None
+
+    def has_synced(self) -> bool:
+        return self.synced
+
+    def sync_error(self) -> str | None:
+        return None if self.synced else self.error
+
+
+class Noop(Controller):
+    name = "runner-test-controller"
+
+    async def sync(self, key: str) -> None:
+        return None
+
+
+def controller() -> Noop:
+    ctx = ControllerContext(client=None, informers=SharedInformerFactory(None), options=Options(), events=None)  # type: ignore[arg-type]
+    return Noop(ctx)
+
+
+def status(runner: ControllerRunner, endpoint: str) -> int:
+    return evaluate(endpoint, checks_for(endpoint, runner.health_checks()), [], verbose=False).status
+
+
+async def test_blocked_controller_reports_periodically_then_runs_once_synced(monkeypatch, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="pykcm")
+    monkeypatch.setattr(runner_module, "SYNC_POLL", 0.01)
+    monkeypatch.setattr(runner_module, "REPORT_EVERY", 0.2)
+    namespaces = FakeInformer(NAMESPACES, synced=True)
+    accounts = FakeInformer(SERVICEACCOUNTS, error="serviceaccounts is forbidden: cannot list")
+    runner = ControllerRunner(controller(), [namespaces, accounts])  # type: ignore[list-item]
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(0.5)
+    lines = [r for r in caplog.records if r.getMessage() == "Informer cannot sync, controller not started"]
+    assert 2 <= len(lines) <= 4  # at once, then every REPORT_EVERY: not once per poll
+    assert lines[0].kv == {  # type: ignore[attr-defined]
+        "controller": "runner-test-controller", "resource": "serviceaccounts",
+        "reason": "serviceaccounts is forbidden: cannot list",
+    }
+    reason = "informer for serviceaccounts has not synced: serviceaccounts is forbidden: cannot list"
+    assert runner.cannot_start() == reason
+    assert (status(runner, "livez"), status(runner, "healthz"), status(runner, "readyz")) == (200, 500, 500)
+    assert not runner.started.is_set()
+
+    accounts.synced = True
+    await asyncio.wait_for(runner.started.wait(), 1)
+    assert runner.cannot_start() is None
+    assert (status(runner, "livez"), status(runner, "healthz"), status(runner, "readyz")) == (200, 200, 200)
+    runner.controller.queue.shutdown()
+    await asyncio.wait_for(task, 1)
+
+
+async def test_slow_but_healthy_sync_is_not_a_failure(monkeypatch) -> None:
+    monkeypatch.setattr(runner_module, "SYNC_POLL", 0.01)
+    runner = ControllerRunner(controller(), [FakeInformer(NAMESPACES)])  # type: ignore[list-item]
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(0.05)
+    assert runner.cannot_start() is None and status(runner, "healthz") == 200
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_reflector_remembers_why_it_cannot_list_and_logs_repeats_quietly(caplog) -> None:
+    forbidden = Forbidden(403, "Forbidden", 'serviceaccounts is forbidden: User "x" cannot list')
+    client = ScriptedClient([forbidden, forbidden, forbidden, page([], "5")])
+    queue = DeltaQueue()
+    reflector = Reflector(client, SERVICEACCOUNTS, queue, backoff=RecordingBackoff())
+    errors: list[str | None] = []
+    original = reflector._list
+
+    async def spy() -> None:
+        errors.append(reflector.last_error)
+        await original()
+
+    reflector._list = spy  # type: ignore[method-assign]
+    task = asyncio.create_task(reflector.run())
+    await asyncio.wait_for(queue.pop(), 5)
+    task.cancel()
+    assert errors == [None, forbidden.message, forbidden.message, forbidden.message]
+    assert reflector.last_error is None  # the list succeeded
+    logged = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(logged) == 1  # the same failure three times: one error line
+
+
+def test_the_factory_records_what_each_controller_asked_for() -> None:
+    factory = SharedInformerFactory(None)  # type: ignore[arg-type]
+    shared = factory.informer(NAMESPACES)
+    with factory.recording() as first:
+        factory.informer(NAMESPACES)
+        factory.informer(SERVICEACCOUNTS)
+        factory.informer(NAMESPACES)
+    with factory.recording() as second:
+        factory.informer(NAMESPACES)
+    assert first == [shared, factory.informer(SERVICEACCOUNTS)]
+    assert second == [shared]
