@@ -20,7 +20,11 @@ Timed phases, from the first create/patch/delete request until the condition is 
    complete again: observedGeneration current, updatedReplicas == replicas == availableReplicas
    == 10 and the Progressing condition's reason NewReplicaSetAvailable.
 
-CPU seconds (utime+stime, /proc) of KCM and pykcm over the three phases and their peak RSS.
+CPU seconds (utime+stime, /proc) of KCM and pykcm over the three phases and their peak RSS; the
+pods' own timestamps in phase 1 (how long creating them took, when the last was bound); and the
+occurrences the ReplicaSet controller's Events record: one per pod created or deleted, so
+(ReplicaSets + 3 x Deployments) x replicas (4,000 by default) less what a recorder dropped (KCM
+drops silently once 1,000 are queued; pykcm logs each drop, which becomes a note).
 
     python tests/bench/bench_nodes.py [--replica-sets 100 --replicas 10 --deployments 100
                                        --limits 20/30,1000/1000 --nodes 20 --timeout 3600]
@@ -41,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain script from anywhere
 
-from pykcm.client.resources import DEPLOYMENTS, NODES, PODS, REPLICASETS, Resource
+from pykcm.client.resources import DEPLOYMENTS, EVENTS, NODES, PODS, REPLICASETS, Resource
 from pykcm.client.rest import RestClient
 from pykcm.testenv.build import KUBERNETES_VERSION
 from pykcm.testenv.cluster import running
@@ -61,7 +65,10 @@ REQUEST_CONCURRENCY = 50  # the benchmark's own creates, patches and deletes
 POLL = 0.5  # each poll lists every ReplicaSet or Deployment of the namespace
 PROGRESS_EVERY = 15.0
 PHASE_TIMEOUT = 900.0
-READY_TIMEOUT = 120.0  # nodes untainted, pykcm's caches synced
+READY_TIMEOUT = 120.0
+EVENTS_SETTLE = 60.0
+# What an event recorder logs when its queue is full: pykcm's, and client-go's (KCM).
+DROPPED_EVENT_LINES = ("Dropping event, queue full", "too many queued events")  # nodes untainted, pykcm's caches synced
 
 
 class Side(enum.Enum):
@@ -91,6 +98,7 @@ class Result:
     rs_deleted: float = float("nan")
     deployments_complete: float = float("nan")
     rollout_complete: float = float("nan")
+    rs_events: float = float("nan")  # occurrences the ReplicaSet controller's Events record
     kcm_cpu: float = float("nan")
     kcm_rss: float = float("nan")
     pykcm_cpu: float | None = None
@@ -192,6 +200,19 @@ async def pod_spans(api: RestClient, ns: str) -> tuple[float, float]:
     return max(created) - min(created), max(bound) - min(created)
 
 
+async def settled_event_count(api: RestClient, ns: str) -> float:
+    """Occurrences (sum of `count`) of the ReplicaSet controller's Events in `ns`, once the number
+    has stopped growing (Events trail the actions; bounded by EVENTS_SETTLE). Every pod created or
+    deleted is one (SuccessfulCreate/SuccessfulDelete), so it shows how many a recorder dropped."""
+    counts: list[float] = []
+    give_up = time.monotonic() + EVENTS_SETTLE
+    while time.monotonic() < give_up and (len(counts) < 3 or counts[-1] != counts[-3]):
+        events = (await api.list(EVENTS, ns, fieldSelector="source=replicaset-controller"))["items"]
+        counts.append(sum(e.get("count") or 1 for e in events))
+        await asyncio.sleep(2.0)
+    return counts[-1]
+
+
 # -- the workload -----------------------------------------------------------------------------------
 
 
@@ -277,11 +298,16 @@ async def bench_side(plane: ControlPlane, side: Side, qps: int, burst: int, work
         result.kcm_cpu, result.kcm_rss = cpu_seconds(kcm.pid) - kcm_before, peak_rss_mib(kcm.pid)
         if pykcm:
             result.pykcm_cpu, result.pykcm_rss = cpu_seconds(pykcm.pid) - pykcm_before, peak_rss_mib(pykcm.pid)
+        result.rs_events = await settled_event_count(api, ns)  # after the CPU figures: not a phase
     finally:
         await api.close()
         if pykcm:
             pykcm.signal()
             await pykcm.wait(60)
+    logs = {"KCM": kcm.log_path.read_text(errors="replace"), "pykcm": pykcm.log() if pykcm else ""}
+    for who, text in logs.items():
+        if dropped := sum(text.count(line) for line in DROPPED_EVENT_LINES):
+            result.notes.append(f"{side.value} side: {who} logged {dropped} dropped events (recorder queue full)")
     return result
 
 
@@ -322,6 +348,7 @@ def figures(kcm: Result, ours: Result, work: Work) -> list[Figure]:
         Figure(f"{work.deployments} Deploy x {work.replicas} complete (s)", kcm.deployments_complete,
                ours.deployments_complete),
         Figure("rollout new image complete (s)", kcm.rollout_complete, ours.rollout_complete),
+        Figure("RS controller Events (occurrences)", kcm.rs_events, ours.rs_events, "{:.0f}"),
         Figure("CPU KCM, phases 1-3 (s)", kcm.kcm_cpu, ours.kcm_cpu),
         Figure("CPU pykcm, phases 1-3 (s)", None, ours.pykcm_cpu),
         Figure("CPU KCM + pykcm (s)", total(kcm), total(ours)),
