@@ -30,7 +30,7 @@ def deployment(name: str, replicas: int, image: str = "nginx") -> dict:
 
 
 async def ready_pods(client: RestClient, namespace: str, app: str) -> list[dict]:
-    pods = (await client.list(PODS, namespace=namespace, label_selector=f"app={app}"))["items"]
+    pods = (await client.list(PODS, namespace=namespace, labelSelector=f"app={app}"))["items"]
     return [
         p for p in pods
         if p["status"].get("phase") == "Running"
@@ -46,7 +46,7 @@ async def available(client: RestClient, namespace: str, name: str, replicas: int
 
 async def test_nodes_are_ready_and_untainted(nodes_client: RestClient) -> None:
     async def schedulable() -> list[dict]:
-        nodes = (await nodes_client.list(NODES, label_selector="kwok.x-k8s.io/node=fake"))["items"]
+        nodes = (await nodes_client.list(NODES, labelSelector="kwok.x-k8s.io/node=fake"))["items"]
         return [n for n in nodes if not n["spec"].get("taints")]
 
     assert len(await wait_for(schedulable, timeout=180, message="three untainted kwok nodes")) == 3
