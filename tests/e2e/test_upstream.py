@@ -22,6 +22,7 @@ import pytest
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.e2e import E2ERun, ensure_e2e_test, run_e2e
+from pykcm.testenv.nodes import PYKCM_CONTROLLERS
 from tests.deploy_credentials import install_deploy_credentials
 from tests.e2e.upstream import NOT_RUN, RUN, focus_regex, skip_regex
 from tests.support import CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV, PykcmProcess
@@ -67,8 +68,10 @@ def _deploy_credentials(plane: ControlPlane) -> Path:
 
 
 def _wait_for_caches(manager: PykcmProcess, timeout: float = 60.0) -> None:
+    """Until each of pykcm's controllers has synced its informers (each starts on its own)."""
+    synced = [f'"Caches are synced" controller="{name}"' for name in PYKCM_CONTROLLERS]
     deadline = time.monotonic() + timeout
-    while "Caches are synced" not in manager.log():
+    while not all(line in manager.log() for line in synced):
         if manager.proc.poll() is not None or time.monotonic() > deadline:
             manager.kill()
             raise AssertionError(f"pykcm did not sync its caches:\n{manager.log()[-3000:]}")
