@@ -2,7 +2,8 @@
 the upstream e2e.test binary twice, each on a fresh local cluster with three kwok nodes:
 
 - KCM: the real kube-controller-manager runs every controller (kubeadm's set);
-- pykcm: KCM runs every controller but pykcm's three, and `pykcm run` runs those.
+- pykcm: KCM runs every controller but pykcm's three, and `pykcm run` runs those as deployed:
+  with deploy/'s ServiceAccount and RBAC, each controller as its own ServiceAccount.
 
 Every test that passes for KCM must pass for pykcm. The runs are sequential (never two at once);
 each has a hard time limit, and their reports, e2e logs, pykcm's log and the clusters' logs stay
@@ -19,13 +20,16 @@ from pathlib import Path
 import pytest
 
 from pykcm.testenv.cluster import running
+from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.e2e import E2ERun, ensure_e2e_test, run_e2e
+from pykcm.testenv.nodes import PYKCM_CONTROLLERS
+from tests.deploy_credentials import install_deploy_credentials
 from tests.e2e.upstream import NOT_RUN, RUN, focus_regex, skip_regex
-from tests.support import PykcmProcess
+from tests.support import CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV, PykcmProcess
 
 NODES = 3
 ALL_KCM_CONTROLLERS = "*,bootstrap-signer-controller,token-cleaner-controller"  # kubeadm's value
-E2E_TIMEOUT = 30 * 60  # one e2e.test run; both take about 9 minutes
+E2E_TIMEOUT = 30 * 60  # hard limit of one e2e.test run, which takes about 4 minutes
 BUILD_TIMEOUT = 30 * 60  # e2e.test from a cold Go build cache
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(BUILD_TIMEOUT + E2E_TIMEOUT + 5 * 60)]
@@ -43,7 +47,8 @@ def _run(binary: Path, directory: Path, log: Log, *, pykcm: bool) -> E2ERun:
     with running(directory / "cluster", nodes=NODES, log=log, **controllers) as plane:
         manager = None
         if pykcm:
-            manager = PykcmProcess("--kubeconfig", str(plane.kubeconfig), log_path=directory / "pykcm.log")
+            manager = PykcmProcess("--kubeconfig", str(_deploy_credentials(plane)), "--use-service-account-credentials",
+                                   log_path=directory / "pykcm.log")
             _wait_for_caches(manager)
         try:
             return run_e2e(binary, plane.kubeconfig, directory / "report", focus=focus_regex(), skip=skip_regex(),
@@ -53,9 +58,20 @@ def _run(binary: Path, directory: Path, log: Log, *, pykcm: bool) -> E2ERun:
                 _stop(manager)
 
 
+def _deploy_credentials(plane: ControlPlane) -> Path:
+    """pykcm as deployed: deploy/'s ServiceAccount and RBAC, each controller as its own
+    ServiceAccount (the KCM of these clusters runs with --use-service-account-credentials too)."""
+    with pytest.MonkeyPatch.context() as env:  # the helper also points in-process managers at it: undone here
+        for name in (CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV):
+            env.delenv(name, raising=False)
+        return install_deploy_credentials(plane, "deploy-sa-credentials")
+
+
 def _wait_for_caches(manager: PykcmProcess, timeout: float = 60.0) -> None:
+    """Until each of pykcm's controllers has synced its informers (each starts on its own)."""
+    synced = [f'"Caches are synced" controller="{name}"' for name in PYKCM_CONTROLLERS]
     deadline = time.monotonic() + timeout
-    while "Caches are synced" not in manager.log():
+    while not all(line in manager.log() for line in synced):
         if manager.proc.poll() is not None or time.monotonic() > deadline:
             manager.kill()
             raise AssertionError(f"pykcm did not sync its caches:\n{manager.log()[-3000:]}")
@@ -63,11 +79,14 @@ def _wait_for_caches(manager: PykcmProcess, timeout: float = 60.0) -> None:
 
 
 def _stop(manager: PykcmProcess) -> None:
+    """Stop pykcm; fail if it had died during the run (its results would not be pykcm's)."""
+    died = manager.proc.poll()
     manager.signal()
     try:
         manager.proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         manager.kill()
+    assert died is None, f"pykcm exited with {died} during the e2e run:\n{manager.log()[-3000:]}"
 
 
 @pytest.fixture(scope="module")
