@@ -15,7 +15,7 @@ from pykcm.client.rest import RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
 from pykcm.util.log import KlogFormatter
-from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials
+from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials, run_managers_as
 from tests.support import admin_client
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
@@ -110,5 +110,5 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest
     with running(tmp_path_factory.mktemp("control-plane"), log=_terminal_log(pytestconfig)) as plane:
         mode = os.environ.get(CREDENTIALS_ENV, "admin")
         if mode != "admin":
-            install_deploy_credentials(plane, mode)
+            run_managers_as(install_deploy_credentials(plane, mode), mode)
         yield plane

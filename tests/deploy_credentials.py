@@ -75,7 +75,12 @@ def install_deploy_credentials(plane: ControlPlane, mode: str) -> Path:
         "current-context": "pykcm",
     }
     kubeconfig.write_text(yaml.safe_dump(config))
+    return kubeconfig
+
+
+def run_managers_as(kubeconfig: Path, mode: str) -> None:
+    """Point the in-process managers of tests/support.py at `kubeconfig` for the rest of the
+    session (only the session control plane does this: the variables outlive every fixture)."""
     os.environ[CONTROLLER_KUBECONFIG_ENV] = str(kubeconfig)
     if mode == "deploy-sa-credentials":
         os.environ[SA_CREDENTIALS_ENV] = "1"
-    return kubeconfig

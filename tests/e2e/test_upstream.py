@@ -12,6 +12,7 @@ in the test's tmp dir. Run them alone with `python -m pytest -m e2e`.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -35,6 +36,10 @@ BUILD_TIMEOUT = 30 * 60  # e2e.test from a cold Go build cache
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(BUILD_TIMEOUT + E2E_TIMEOUT + 5 * 60)]
 
 Log = Callable[[str], None]
+# The in-process managers of later tests read these; the runs here must leave them as they were
+# (a run once left them pointing at its stopped cluster, and every integration test after it failed).
+SESSION_ENV = (CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV)
+ENV_BEFORE = {name: os.environ.get(name) for name in SESSION_ENV}
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +65,9 @@ def _run(binary: Path, directory: Path, log: Log, *, pykcm: bool) -> E2ERun:
 
 def _deploy_credentials(plane: ControlPlane) -> Path:
     """pykcm as deployed: deploy/'s ServiceAccount and RBAC, each controller as its own
-    ServiceAccount (the KCM of these clusters runs with --use-service-account-credentials too)."""
-    with pytest.MonkeyPatch.context() as env:  # the helper also points in-process managers at it: undone here
-        for name in (CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV):
-            env.delenv(name, raising=False)
-        return install_deploy_credentials(plane, "deploy-sa-credentials")
+    ServiceAccount (the KCM of these clusters runs with --use-service-account-credentials too).
+    Only this run's pykcm gets the kubeconfig: the tests after this module must not inherit it."""
+    return install_deploy_credentials(plane, "deploy-sa-credentials")
 
 
 def _wait_for_caches(manager: PykcmProcess, timeout: float = 60.0) -> None:
@@ -109,6 +112,10 @@ def test_pykcm_passes_every_upstream_test_that_kcm_passes(kcm_run: E2ERun, pykcm
     regressions = sorted(kcm_run.with_status("passed") - pykcm_run.with_status("passed"))
     details = [f"{name}: {pykcm_run.results[name].message}" for name in regressions]
     assert regressions == [], "passed for KCM, not for pykcm:\n" + "\n".join(details) + f"\n(see {pykcm_run.log_path})"
+
+
+def test_the_runs_leave_the_session_environment_as_they_found_it(kcm_run: E2ERun, pykcm_run: E2ERun) -> None:
+    assert {name: os.environ.get(name) for name in SESSION_ENV} == ENV_BEFORE
 
 
 def _assert_ran_the_selection(run: E2ERun) -> None:
