@@ -77,7 +77,7 @@ class DockerEngine:
 
     def docker(self, *args: str, timeout: float = 300.0, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run `docker ARGS` and return its output; a failure raises DockerError with its last line."""
-        argv = [_docker_cli(), *args]
+        argv = [docker_cli(), *args]
         try:
             result = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -93,6 +93,7 @@ class DockerEngine:
     def stop(self) -> None:
         # dockerd first: it stops its containers and then lets go of containerd.
         stop_all(self.processes)
+        _remove_run_dir(_run_dir(self.directory))
         _state_file(self.directory).unlink(missing_ok=True)
         if self._lock is not None:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
@@ -116,7 +117,7 @@ def start(directory: Path | None = None, *, log: Log) -> DockerEngine:
     engine = DockerEngine(directory, [], _take_lock(directory))
     try:
         _stop_leftovers(directory, log)
-        shutil.rmtree(run_dir, ignore_errors=True)  # exec-root and sockets of a previous run
+        _remove_run_dir(run_dir)  # exec-root and sockets of a previous run
         run_dir.mkdir(parents=True)
         engine.processes.append(_start_containerd(directory, run_dir))
         _save_state(engine)
@@ -140,7 +141,7 @@ def running(directory: Path | None = None, *, log: Log) -> Iterator[DockerEngine
         log("stopped the private Docker engine")
 
 
-def _docker_cli() -> str:
+def docker_cli() -> str:
     cli = shutil.which("docker")
     if cli is None:
         raise DockerError("docker is not on PATH: apt-get install docker.io")
@@ -166,6 +167,16 @@ def _take_lock(directory: Path) -> IO[str]:
             f"another private Docker engine is running in {directory}; stop it or pass another directory"
         ) from None
     return lock
+
+
+def _remove_run_dir(run_dir: Path) -> None:
+    """Remove the engine's runtime directory, first unmounting what dockerd leaves mounted there
+    (its default network namespace stays bind-mounted after it exits)."""
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    below = [m for m in mounts if m == str(run_dir) or m.startswith(f"{run_dir}/")]
+    for mount in sorted(below, key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", mount], capture_output=True, check=False)
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _save_state(engine: DockerEngine) -> None:
