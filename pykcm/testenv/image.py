@@ -47,9 +47,7 @@ def missing_prerequisites() -> list[str]:
 
 def build(engine: DockerEngine, checkout: Path, *, log: Log, name: str = DEFAULT_NAME) -> Image:
     """Build the checkout's Dockerfile into `name` on the local base images; returns what was built."""
-    dockerfile = checkout / "Dockerfile"
-    if not dockerfile.is_file():
-        raise BuildError(f"{checkout} has no Dockerfile: pass the root of a pykcm checkout")
+    _check_checkout(checkout)
     base = baseimage.ensure_base_image(engine, log=log)
     build_base = baseimage.ensure_build_image(engine, base, log=log)
     log_dir = cache_dir() / "images"
@@ -65,6 +63,11 @@ def build(engine: DockerEngine, checkout: Path, *, log: Log, name: str = DEFAULT
     image = inspect(engine, name, base=base)
     log(f"built {image.describe()} in {format_duration(time.monotonic() - started)}")
     return image
+
+
+def _check_checkout(checkout: Path) -> None:
+    if not (checkout / "Dockerfile").is_file() or not (checkout / "pyproject.toml").is_file():
+        raise BuildError(f"{checkout} has no Dockerfile and pyproject.toml: pass the root of a pykcm checkout")
 
 
 def _docker_build(argv: list[str], what: str, engine: DockerEngine, log_path: Path, log: Log) -> None:
@@ -116,5 +119,6 @@ def built(checkout: Path, *, log: Log, directory: Path | None = None, name: str 
     missing = missing_prerequisites()
     if missing:
         raise BuildError("; ".join(missing))
+    _check_checkout(checkout)
     with docker.running(directory, log=log) as engine:
         yield engine, build(engine, checkout, log=log, name=name)

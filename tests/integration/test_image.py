@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +19,7 @@ from pykcm.testenv import image as pykcm_image
 from pykcm.testenv.baseimage import HOST_CA_BUNDLE
 from pykcm.testenv.docker import DockerEngine
 from tests.integration.test_run import default_sa_appears
-from tests.support import CHECKOUT, free_port, https_get, wait_for
+from tests.support import CHECKOUT, checkout_env, free_port, https_get, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.image]
 
@@ -113,6 +115,25 @@ def test_saved_tarball_is_an_image_archive_for_containerd(built, tmp_path, teste
 def logs(engine: DockerEngine, name: str) -> str:
     result = engine.docker("logs", name, check=False)
     return result.stdout + result.stderr
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pykcm.app.cli", "testenv", "image", *args],
+                          capture_output=True, text=True, timeout=120, env=checkout_env())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--checkout", "/nonexistent"], "/nonexistent has no Dockerfile and pyproject.toml"),
+        ([], "another private Docker engine is running in"),  # the module's engine holds the default directory
+    ],
+)
+def test_cli_refusals_are_one_line(built, args, message):
+    result = cli("--checkout", str(CHECKOUT), *args)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("pykcm: error:"), result.stderr
+    assert message in lines[0]
 
 
 def test_missing_prerequisites_are_one_line_each(monkeypatch):
