@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import IO
 from .errors import ControlPlaneError
 from .gobuild import cache_dir
 from .processes import ManagedProcess, spawn, stop_all, wait_ready
-from .progress import Log
+from .progress import Log, format_duration
 
 START_TIMEOUT = 60.0
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; dockerd and containerd add suffixes to their sockets
@@ -105,8 +106,10 @@ def default_directory() -> Path:
     return cache_dir() / "docker"
 
 
-def start(directory: Path | None = None, *, log: Log) -> DockerEngine:
-    """Start containerd and dockerd under `directory`; raise DockerError with one line if not possible."""
+def start(directory: Path | None = None, *, log: Log, wait: float = 0.0) -> DockerEngine:
+    """Start containerd and dockerd under `directory`; raise DockerError with one line if not possible.
+
+    If another run's engine holds the directory, wait up to `wait` seconds for it to finish."""
     missing = missing_prerequisites()
     if missing:
         raise DockerError("; ".join(missing))
@@ -114,7 +117,7 @@ def start(directory: Path | None = None, *, log: Log) -> DockerEngine:
     run_dir = _run_dir(directory)
     if len(str(run_dir / "containerd.sock.ttrpc")) > _SOCKET_PATH_MAX:
         raise DockerError(f"{directory} is too long a path for the engine's unix sockets; pass a shorter directory")
-    engine = DockerEngine(directory, [], _take_lock(directory))
+    engine = DockerEngine(directory, [], _take_lock(directory, wait, log))
     try:
         _stop_leftovers(directory, log)
         _remove_run_dir(run_dir)  # exec-root and sockets of a previous run
@@ -132,8 +135,8 @@ def start(directory: Path | None = None, *, log: Log) -> DockerEngine:
 
 
 @contextlib.contextmanager
-def running(directory: Path | None = None, *, log: Log) -> Iterator[DockerEngine]:
-    engine = start(directory, log=log)
+def running(directory: Path | None = None, *, log: Log, wait: float = 0.0) -> Iterator[DockerEngine]:
+    engine = start(directory, log=log, wait=wait)
     try:
         yield engine
     finally:
@@ -156,17 +159,25 @@ def _state_file(directory: Path) -> Path:
     return directory / "engine.json"
 
 
-def _take_lock(directory: Path) -> IO[str]:
+def _take_lock(directory: Path, wait: float, log: Log) -> IO[str]:
     directory.mkdir(parents=True, exist_ok=True)
     lock = open(directory / "engine.lock", "w")  # noqa: SIM115 - held open for the engine's lifetime
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise DockerError(
-            f"another private Docker engine is running in {directory}; stop it or pass another directory"
-        ) from None
-    return lock
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                lock.close()
+                raise DockerError(
+                    f"another private Docker engine is running in {directory}; stop it or pass another directory"
+                ) from None
+        if wait:
+            log(f"waiting up to {format_duration(wait)} for the private Docker engine in {directory} "
+                "(another run is using it)")
+            wait = 0.0  # say it once
+        time.sleep(1.0)
 
 
 def _remove_run_dir(run_dir: Path) -> None:

@@ -113,12 +113,12 @@ def layer_table(image: Image) -> str:
 
 
 @contextlib.contextmanager
-def built(checkout: Path, *, log: Log, directory: Path | None = None, name: str = DEFAULT_NAME
+def built(checkout: Path, *, log: Log, directory: Path | None = None, name: str = DEFAULT_NAME, wait: float = 0.0
           ) -> Iterator[tuple[DockerEngine, Image]]:
-    """A private engine holding pykcm's freshly built image, stopped on exit."""
+    """A private engine holding pykcm's freshly built image, stopped on exit (`wait`: see docker.start)."""
     missing = missing_prerequisites()
     if missing:
         raise BuildError("; ".join(missing))
     _check_checkout(checkout)
-    with docker.running(directory, log=log) as engine:
+    with docker.running(directory, log=log, wait=wait) as engine:
         yield engine, build(engine, checkout, log=log, name=name)

@@ -3,9 +3,11 @@ time, including the ones a killed run left behind; nothing of it stays mounted."
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,21 @@ def test_engine_left_by_a_killed_run_is_stopped_before_a_new_one(tmp_path):
     assert not any(p.alive() for p in new)
     assert not (directory / "engine.json").exists()
     assert mounts_below(directory) == []
+
+
+def test_a_busy_directory_is_waited_for_then_refused_in_one_line(tmp_path):
+    missing = docker.missing_prerequisites()
+    if missing:
+        pytest.skip("; ".join(missing))
+    directory = tmp_path / "engine"
+    directory.mkdir()
+    messages: list[str] = []
+    with open(directory / "engine.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as another run's engine holds it
+        started = time.monotonic()
+        with pytest.raises(docker.DockerError) as refused:
+            docker.start(directory, log=messages.append, wait=1.5)
+    assert time.monotonic() - started >= 1.5
+    assert len(messages) == 1 and "waiting up to 1.5s" in messages[0], messages
+    assert str(refused.value).startswith(f"another private Docker engine is running in {directory}")
+    assert "\n" not in str(refused.value)

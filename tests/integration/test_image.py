@@ -23,6 +23,7 @@ from tests.support import CHECKOUT, checkout_env, free_port, https_get, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.image]
 
+ENGINE_WAIT = 900.0  # seconds; another session's image tests take about a minute warm, four cold
 HARDENED = ["--read-only", "--tmpfs=/tmp", "--user=65532:65532", "--cap-drop=ALL",
             "--security-opt=no-new-privileges", "--network=host"]
 
@@ -32,7 +33,8 @@ def built(testenv_log: Callable[[str], None]) -> Iterator[tuple[DockerEngine, py
     missing = pykcm_image.missing_prerequisites()
     if missing:
         pytest.skip("; ".join(missing))
-    with pykcm_image.built(CHECKOUT, log=testenv_log) as (engine, image):
+    # Parallel test sessions on one machine share the engine's directory (and its cache): take turns.
+    with pykcm_image.built(CHECKOUT, log=testenv_log, wait=ENGINE_WAIT) as (engine, image):
         testenv_log(f"image {image.describe()}; layers, newest first:\n{pykcm_image.layer_table(image)}")
         yield engine, image
 
