@@ -71,6 +71,11 @@ class DockerEngine:
     def host(self) -> str:
         return f"unix://{_run_dir(self.directory) / 'docker.sock'}"
 
+    @property
+    def containerd_address(self) -> str:
+        """The private containerd's socket (for `ctr --address`)."""
+        return str(_run_dir(self.directory) / "containerd.sock")
+
     def env(self) -> dict[str, str]:
         """The environment for docker CLI commands against this engine (legacy builder: the CLI's
         BuildKit needs the buildx plugin, which Debian's docker.io does not bring)."""
@@ -228,7 +233,7 @@ def _start_dockerd(directory: Path, run_dir: Path, engine: DockerEngine) -> Mana
         f"--exec-root={run_dir / 'exec'}",
         f"--pidfile={run_dir / 'dockerd.pid'}",
         f"--host={engine.host}",
-        f"--containerd={run_dir / 'containerd.sock'}",
+        f"--containerd={engine.containerd_address}",
         "--containerd-namespace=pykcm-moby",
         "--containerd-plugins-namespace=pykcm-plugins",
         # No docker0 bridge, no iptables or sysctl changes: the host's network stays as it was.
