@@ -162,9 +162,9 @@ def test_dockerfile_is_clean_under_hadolint():
 
 
 def test_image_recipe_installs_the_wheel_and_runs_from_it_alone(tmp_path):
-    """No Docker engine runs on this machine, so the test replays the Dockerfile's two stages:
-    build the wheel from the same files, install only the wheel into a fresh environment, and run
-    the entry point from it with no HOME and no bytecode writes, as the read-only container does.
+    """The recipe without a Docker engine (test_image.py builds and runs the real image where one
+    can run): build the wheel from the same files, install only the wheel into a fresh environment,
+    and run the entry point from it with no HOME and no bytecode writes, as the read-only container does.
     (Switching to UID 65532 is not possible here: this machine's Python lives under root's private
     home; the Dockerfile's numeric non-root USER is checked as text.)"""
     dockerfile = (ROOT / "Dockerfile").read_text()
