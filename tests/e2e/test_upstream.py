@@ -5,13 +5,15 @@ the upstream e2e.test binary twice, each on a fresh local cluster with three kwo
 - pykcm: KCM runs every controller but pykcm's three, and `pykcm run` runs those as deployed:
   with deploy/'s ServiceAccount and RBAC, each controller as its own ServiceAccount.
 
-Every test that passes for KCM must pass for pykcm. The runs are sequential (never two at once);
-each has a hard time limit, and their reports, e2e logs, pykcm's log and the clusters' logs stay
+Every test that passes for KCM must pass for pykcm. The two runs go at once, each on its own
+cluster (they spend most of their time waiting for pods and conditions, so this halves the wall
+time on 2 cores); each has a hard time limit, and their reports, e2e logs, pykcm's log and the clusters' logs stay
 in the test's tmp dir. Run them alone with `python -m pytest -m e2e`.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import subprocess
 import time
@@ -93,13 +95,22 @@ def _stop(manager: PykcmProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def kcm_run(e2e_binary: Path, tmp_path_factory: pytest.TempPathFactory, testenv_log: Log) -> E2ERun:
-    return _run(e2e_binary, tmp_path_factory.mktemp("e2e-kcm"), testenv_log, pykcm=False)
+def runs(e2e_binary: Path, tmp_path_factory: pytest.TempPathFactory, testenv_log: Log) -> tuple[E2ERun, E2ERun]:
+    """Both runs, at once: KCM's and pykcm's."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="e2e") as pool:
+        kcm = pool.submit(_run, e2e_binary, tmp_path_factory.mktemp("e2e-kcm"), testenv_log, pykcm=False)
+        pykcm = pool.submit(_run, e2e_binary, tmp_path_factory.mktemp("e2e-pykcm"), testenv_log, pykcm=True)
+        return kcm.result(), pykcm.result()
 
 
 @pytest.fixture(scope="module")
-def pykcm_run(e2e_binary: Path, tmp_path_factory: pytest.TempPathFactory, testenv_log: Log) -> E2ERun:
-    return _run(e2e_binary, tmp_path_factory.mktemp("e2e-pykcm"), testenv_log, pykcm=True)
+def kcm_run(runs: tuple[E2ERun, E2ERun]) -> E2ERun:
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def pykcm_run(runs: tuple[E2ERun, E2ERun]) -> E2ERun:
+    return runs[1]
 
 
 def test_kcm_runs_exactly_the_selected_upstream_tests(kcm_run: E2ERun) -> None:
