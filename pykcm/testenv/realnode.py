@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ NODE_IP = "10.200.0.1"  # outside the Service range (10.0.0.0/24) and kwok's fak
 POD_CIDR = "10.200.1.0/24"
 RUNTIME_DIR = Path("/run/pykcm-realnode")  # short: a unix socket path has at most 107 bytes
 OWNER_FILE = RUNTIME_DIR / "owner"
+KUBELET_ROOT = RUNTIME_DIR / "kubelet"
 STATE_FILE = "realnode.json"
 RUNC_PACKAGE, RUNC_VERSION = "github.com/opencontainers/runc", "v1.5.2"
 CONTAINERD, KUBELET, KUBE_PROXY = "containerd", "kubelet", "kube-proxy"
@@ -165,7 +167,7 @@ def start_node(plane: ControlPlane, binaries: NodeBinaries, log: Log) -> None:
     started = time.monotonic()
     root = node_dir(plane)
     _update_state(plane.directory, kube_proxy=str(binaries.kube_proxy))
-    for sub in ("containerd", "cni", "kubelet", "images"):
+    for sub in ("containerd", "cni", "images"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     socket = RUNTIME_DIR / "containerd.sock"
     _write_cni_config(root)
@@ -328,7 +330,8 @@ def _kubelet_argv(plane: ControlPlane, binary: Path, kubeconfig_path: Path, sock
         str(binary),
         f"--config={path}",
         f"--kubeconfig={kubeconfig_path}",
-        f"--root-dir={root / 'kubelet'}",
+        # Under the short runtime dir: the kubelet makes unix sockets in it (at most 107 bytes).
+        f"--root-dir={KUBELET_ROOT}",
         f"--hostname-override={NODE_NAME}",
         f"--node-ip={NODE_IP}",
         "--v=2",
@@ -385,6 +388,8 @@ def teardown(plane: ControlPlane, log: Log) -> None:
     if state.get("kube_proxy"):
         hostnet.run([state["kube_proxy"], "--cleanup"], check=False)  # kube-proxy's own rules and chains
     mounts = hostnet.unmount_all(node_dir(plane), RUNTIME_DIR)
+    for stale in (KUBELET_ROOT, RUNTIME_DIR / "state"):  # the next node starts afresh
+        shutil.rmtree(stale, ignore_errors=True)
     links = hostnet.remove_interfaces(POD_CIDR)
     chains = [c for family in (4, 6) for c in hostnet.remove_chains(family, state["chains"][str(family)])]
     hostnet.restore_ip_forward(state["ip_forward"])
