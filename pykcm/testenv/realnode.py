@@ -390,6 +390,8 @@ def teardown(plane: ControlPlane, log: Log) -> None:
     mounts = hostnet.unmount_all(node_dir(plane), RUNTIME_DIR)
     for stale in (KUBELET_ROOT, RUNTIME_DIR / "state"):  # the next node starts afresh
         shutil.rmtree(stale, ignore_errors=True)
+    for leftover in (socket, socket.with_name(socket.name + ".ttrpc")):  # containerd leaves them
+        leftover.unlink(missing_ok=True)
     links = hostnet.remove_interfaces(POD_CIDR)
     chains = [c for family in (4, 6) for c in hostnet.remove_chains(family, state["chains"][str(family)])]
     hostnet.restore_ip_forward(state["ip_forward"])
