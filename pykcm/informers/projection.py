@@ -52,7 +52,8 @@ def covers(wide: Projection | None, narrow: Projection | None) -> bool:
 
 
 def project(obj: dict[str, Any], projection: Projection) -> dict[str, Any]:
-    """A new object with only the projected fields, its short strings interned."""
+    """A new object with only the projected fields, its short strings interned. A nested object
+    left with none of its projected fields is left out, as if absent."""
     kept: dict[str, Any] = {}
     for name, sub in projection.items():
         if name not in obj:
@@ -61,7 +62,8 @@ def project(obj: dict[str, Any], projection: Projection) -> dict[str, Any]:
         if sub is True:
             kept[sys.intern(name)] = interned(value)
         elif isinstance(value, dict):
-            kept[sys.intern(name)] = project(value, sub)
+            if inner := project(value, sub):  # an empty remainder (no annotation asked for) is left out
+                kept[sys.intern(name)] = inner
         elif isinstance(value, list):
             kept[sys.intern(name)] = [project(v, sub) if isinstance(v, dict) else interned(v) for v in value]
         else:
