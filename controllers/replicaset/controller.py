@@ -148,19 +148,19 @@ class ReplicaSetController(Controller):
         if ref is None:
             self.log.v(2).info("ReplicaSet has no controller", replicaSet=object_key(rs))
             return []
-        seen: set[str] = set()
-        related = []
+        # One pass over each namespace, whatever the number of siblings (one per Deployment revision).
+        selectors: dict[str, list[Selector]] = {}
         for sibling in self.replica_sets.indexer.by_index(CONTROLLER_UID_INDEX, ref["uid"]):
             try:
-                selector = self.selector_of(sibling)
+                selectors.setdefault(sibling["metadata"]["namespace"], []).append(self.selector_of(sibling))
             except SelectorError:
                 continue
-            for pod in self.pods.indexer.in_namespace(sibling["metadata"]["namespace"]):
-                uid = pod["metadata"].get("uid", "")
-                if uid not in seen and selector.matches(labels_of(pod)):
-                    seen.add(uid)
-                    related.append(pod)
-        return related
+        return [
+            pod
+            for namespace, matchers in selectors.items()
+            for pod in self.pods.indexer.in_namespace(namespace)
+            if any(selector.matches(labels_of(pod)) for selector in matchers)
+        ]
 
     # -- ReplicaSet events ----------------------------------------------------------------------------
 
