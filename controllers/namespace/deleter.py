@@ -54,6 +54,7 @@ class UnexpectedItemsRemain(Exception):
 
 
 LIST, DELETE_COLLECTION = "list", "deletecollection"
+POD_PAGE_SIZE = 500
 
 
 class OperationNotSupportedCache:
@@ -299,15 +300,22 @@ class NamespacedResourcesDeleter:
         """Pods' longest grace period, or 0 once that much time has passed since the deletion."""
         if (gvr.group, gvr.resource) != (PODS_GVR.group, PODS_GVR.resource):
             return 0
-        pods = await self.client.list(PODS, namespace=namespace)
-        estimate = max(
-            (
-                int(pod.get("spec", {}).get("terminationGracePeriodSeconds") or 0)
-                for pod in pods.get("items") or []
-                if pod.get("status", {}).get("phase") not in TERMINAL_POD_PHASES
-            ),
-            default=0,
-        )
+        # Page by page (KCM lists them in one piece): only one page of a large namespace is held.
+        estimate, token = 0, ""
+        while True:
+            params = {"limit": POD_PAGE_SIZE, **({"continue": token} if token else {})}
+            page = await self.client.list(PODS, namespace=namespace, **params)
+            estimate = max(
+                (
+                    int(pod.get("spec", {}).get("terminationGracePeriodSeconds") or 0)
+                    for pod in page.get("items") or []
+                    if pod.get("status", {}).get("phase") not in TERMINAL_POD_PHASES
+                ),
+                default=estimate,
+            )
+            token = page.get("metadata", {}).get("continue") or ""
+            if not token:
+                break
         if (datetime.now(UTC) - deleted_at).total_seconds() >= estimate:
             return 0
         return estimate

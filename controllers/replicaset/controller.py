@@ -33,6 +33,7 @@ from pykcm.controller.controllerref import (
 from pykcm.controller.expectations import ControllerExpectations
 from pykcm.controller.podcontrol import PodControl
 from pykcm.controller.podutil import (
+    POD_FIELDS,
     is_pod_active,
     is_pod_ready,
     is_pod_terminating,
@@ -40,6 +41,7 @@ from pykcm.controller.podutil import (
     pod_key,
 )
 from pykcm.controller.selectors import Selector, SelectorError, selector_from_label_selector
+from pykcm.informers.projection import union
 from pykcm.informers.store import DeletedFinalStateUnknown, Obj, object_key, unwrap_tombstone
 
 from .metrics import stale_sync_skips
@@ -55,6 +57,10 @@ BURST_REPLICAS = 500  # most pods created or deleted by one sync
 # The event that brings the cache up to date enqueues the ReplicaSet anyway; this is the backstop.
 STALE_CACHE_RETRY = 1.0
 CONTROLLER_UID_INDEX = "controllerUID"
+# What this controller reads of a pod: podutil's predicates and ranking, plus the labels its
+# selectors match and the owner references it claims by. ReplicaSets are kept whole: a status
+# update PUTs the cached object back.
+CONTROLLER_POD_FIELDS = union(POD_FIELDS, {"metadata": {"labels": True, "ownerReferences": True}})
 
 
 def controller_uid_index(rs: Obj) -> list[str]:
@@ -79,7 +85,10 @@ class ReplicaSetController(Controller):
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)
         self.replica_sets = self.informers.informer(REPLICASETS, indexers={CONTROLLER_UID_INDEX: controller_uid_index})
-        self.pods = self.informers.informer(PODS, indexers={POD_CONTROLLER_INDEX: pod_controller_index})
+        self.pods = self.informers.informer(
+            PODS, indexers={POD_CONTROLLER_INDEX: pod_controller_index}, fields=CONTROLLER_POD_FIELDS
+        )
+        self._selectors: dict[str, tuple[int, Selector | str]] = {}  # by RS uid: selector or error
         self.expectations = ControllerExpectations()
         self.consistency = ConsistencyStore(
             {REPLICASETS: self.replica_sets.last_sync_resource_version, PODS: self.pods.last_sync_resource_version}
@@ -99,6 +108,22 @@ class ReplicaSetController(Controller):
             return None
         return rs
 
+    def selector_of(self, rs: Obj) -> Selector:
+        """The ReplicaSet's parsed selector (SelectorError if invalid), parsed once per generation:
+        orphan events match every ReplicaSet of a namespace against the pod."""
+        meta = rs["metadata"]
+        uid, generation = meta.get("uid", ""), meta.get("generation", 0)
+        cached = self._selectors.get(uid)
+        if cached is None or cached[0] != generation:
+            try:
+                parsed: Selector | str = selector_from_label_selector(rs["spec"].get("selector"))
+            except SelectorError as err:
+                parsed = str(err)
+            cached = self._selectors[uid] = (generation, parsed)
+        if isinstance(cached[1], str):
+            raise SelectorError(cached[1])
+        return cached[1]
+
     def pod_replica_sets(self, pod: Obj) -> list[Obj]:
         """ReplicaSets in the pod's namespace whose (valid, non-empty) selector matches it."""
         labels = labels_of(pod)
@@ -107,7 +132,7 @@ class ReplicaSetController(Controller):
         matching = []
         for rs in self.replica_sets.indexer.in_namespace(pod["metadata"].get("namespace", "")):
             try:
-                selector = selector_from_label_selector(rs["spec"].get("selector"))
+                selector = self.selector_of(rs)
             except SelectorError:
                 continue  # an invalid selector matches nothing
             if not selector.empty() and selector.matches(labels):
@@ -123,19 +148,19 @@ class ReplicaSetController(Controller):
         if ref is None:
             self.log.v(2).info("ReplicaSet has no controller", replicaSet=object_key(rs))
             return []
-        seen: set[str] = set()
-        related = []
+        # One pass over each namespace, whatever the number of siblings (one per Deployment revision).
+        selectors: dict[str, list[Selector]] = {}
         for sibling in self.replica_sets.indexer.by_index(CONTROLLER_UID_INDEX, ref["uid"]):
             try:
-                selector = selector_from_label_selector(sibling["spec"].get("selector"))
+                selectors.setdefault(sibling["metadata"]["namespace"], []).append(self.selector_of(sibling))
             except SelectorError:
                 continue
-            for pod in self.pods.indexer.in_namespace(sibling["metadata"]["namespace"]):
-                uid = pod["metadata"].get("uid", "")
-                if uid not in seen and selector.matches(labels_of(pod)):
-                    seen.add(uid)
-                    related.append(pod)
-        return related
+        return [
+            pod
+            for namespace, matchers in selectors.items()
+            for pod in self.pods.indexer.in_namespace(namespace)
+            if any(selector.matches(labels_of(pod)) for selector in matchers)
+        ]
 
     # -- ReplicaSet events ----------------------------------------------------------------------------
 
@@ -162,6 +187,7 @@ class ReplicaSetController(Controller):
         self.log.v(4).info("Deleting", replicaSet=key)
         self.consistency.clear(key, rs["metadata"].get("uid", ""))
         self.expectations.delete(key)
+        self._selectors.pop(rs["metadata"].get("uid", ""), None)
         self.queue.add(key)
 
     # -- Pod events -----------------------------------------------------------------------------------
@@ -259,7 +285,7 @@ class ReplicaSetController(Controller):
             return
         needs_sync = self.expectations.satisfied(key)
         try:
-            selector = selector_from_label_selector(rs["spec"].get("selector"))
+            selector = self.selector_of(rs)
         except SelectorError as err:
             # Retrying cannot fix the spec; the next update of the ReplicaSet enqueues it again.
             self.log.error(err, "Error converting pod selector to selector", replicaSet=key)

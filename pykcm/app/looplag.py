@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from prometheus_client import Histogram, disable_created_metrics
+from prometheus_client import Gauge, Histogram, disable_created_metrics
 
 disable_created_metrics()
 
@@ -22,11 +22,21 @@ event_loop_lag = Histogram(
     "How much later than due the event loop ran a periodic timer; high values mean something blocked the loop.",
     buckets=LAG_BUCKETS,
 )
+event_loop_lag_max = Gauge(
+    "pykcm_event_loop_lag_max_seconds", "The highest event-loop lag observed since the process started."
+)
 
 
-async def measure_event_loop_lag(interval: float = SAMPLE_INTERVAL, histogram: Histogram = event_loop_lag) -> None:
-    """Run until cancelled, observing each wake-up's lateness."""
+async def measure_event_loop_lag(
+    interval: float = SAMPLE_INTERVAL, histogram: Histogram = event_loop_lag, maximum: Gauge = event_loop_lag_max
+) -> None:
+    """Run until cancelled, observing each wake-up's lateness (and the highest so far)."""
+    highest = 0.0
     while True:
         due = time.monotonic() + interval
         await asyncio.sleep(interval)
-        histogram.observe(max(0.0, time.monotonic() - due))
+        lag = max(0.0, time.monotonic() - due)
+        histogram.observe(lag)
+        if lag > highest:
+            highest = lag
+            maximum.set(lag)

@@ -39,6 +39,7 @@ from pykcm.serving.certs import ServingError, load_client_ca, read_client_ca
 from pykcm.serving.dynamiccerts import DynamicServingTLS
 from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import SecureServer
+from pykcm.util import memory
 from pykcm.util.log import get_logger
 
 log = get_logger("controller-manager")
@@ -73,6 +74,7 @@ class Manager:
         self._service_accounts: ServiceAccountClientBuilder | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
+        memory.tune()
         lag = asyncio.create_task(measure_event_loop_lag(), name="event-loop lag")
         try:
             await self._wait_for_apiserver()

@@ -3,6 +3,16 @@
 A controller is a class with a name, the informers it asks the shared factory for (in its
 constructor), a work queue of string keys, and `sync(key)`. The runtime owns everything
 else: the worker loop, retries with backoff, metrics and shutdown.
+
+What a cache holds (pykcm/informers/projection.py): a controller may say which fields of each
+object it reads, `informers.informer(PODS, fields={...})`; the shared informer then keeps only
+the union of what its controllers asked for, so 50,000 pods cost a few MiB instead of hundreds.
+Asking without `fields` means whole objects (managedFields aside), and one such controller gives
+every sharer whole objects: a plugin is never handed less than it asked for. A projection must
+name every field the controller reads, including through helpers (`podutil.POD_FIELDS` lists
+what the pod predicates and the deletion ranking read); a field left out reads as absent. Ask
+in the constructor: an informer that runs cannot grow its fields (RuntimeError). Cached objects
+are shared by every controller and must not be modified: copy before changing.
 """
 
 from __future__ import annotations

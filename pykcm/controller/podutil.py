@@ -13,12 +13,36 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pykcm.informers.projection import Projection
 from pykcm.informers.store import Obj
 from pykcm.util.apitime import parse_time
 
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 _PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}  # any other phase counts as Pending
 _INT32 = (-(2**31), 2**31 - 1)
+
+# Every field of a pod the functions of this module read, as a projection (informers/projection.py)
+# for the pod informer of a controller that uses them: about a tenth of a full pod.
+POD_FIELDS: Projection = {
+    "kind": True,
+    "apiVersion": True,
+    "metadata": {
+        "name": True,
+        "namespace": True,
+        "uid": True,
+        "resourceVersion": True,
+        "creationTimestamp": True,
+        "deletionTimestamp": True,
+        "annotations": {POD_DELETION_COST: True},
+    },
+    "spec": {"nodeName": True, "initContainers": {"name": True, "restartPolicy": True}},
+    "status": {
+        "phase": True,
+        "conditions": {"type": True, "status": True, "lastTransitionTime": True},
+        "containerStatuses": {"restartCount": True},
+        "initContainerStatuses": {"name": True, "restartCount": True},
+    },
+}
 
 
 def pod_key(pod: Obj) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pykcm.client.resources import Resource
 from pykcm.client.rest import RestClient
 from pykcm.informers.informer import SharedInformer
+from pykcm.informers.projection import FULL, Projection
 from pykcm.informers.store import IndexFunc
 from pykcm.util.log import get_logger
 
@@ -28,12 +29,17 @@ class SharedInformerFactory:
         self._informers: dict[Resource, SharedInformer] = {}
         self._recording: list[SharedInformer] | None = None
 
-    def informer(self, resource: Resource, indexers: dict[str, IndexFunc] | None = None) -> SharedInformer:
-        """The shared informer for `resource`, created on first request, plus any extra indexers."""
+    def informer(
+        self, resource: Resource, indexers: dict[str, IndexFunc] | None = None, fields: Projection | None = FULL
+    ) -> SharedInformer:
+        """The shared informer for `resource`, created on first request, plus any extra indexers.
+        `fields` is what the caller reads of each object (projection.py); the cache keeps the
+        union of every caller's, whole objects if any caller leaves it FULL."""
         informer = self._informers.get(resource)
         if informer is None:
             informer = SharedInformer(self.client, resource, resync_period(self.min_resync_period))
             self._informers[resource] = informer
+        informer.keep(fields)
         if indexers:
             informer.add_indexers(indexers)
         if self._recording is not None and informer not in self._recording:

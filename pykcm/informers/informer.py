@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,13 +12,18 @@ from pykcm.client.resources import Resource
 from pykcm.client.rest import RestClient
 from pykcm.informers import metrics
 from pykcm.informers.delta_queue import Delta, DeltaQueue, DeltaType
-from pykcm.informers.reflector import Reflector
+from pykcm.informers.projection import FULL, Projection, covers, project, union
+from pykcm.informers.reflector import Reflector, strip_managed_fields
 from pykcm.informers.store import DeletedFinalStateUnknown, Indexer, IndexFunc, Obj, object_key
+from pykcm.util import memory
 from pykcm.util.log import get_logger
 
 log = get_logger("informer")
 
 MIN_RESYNC_PERIOD = 1.0  # client-go raises smaller handler resync periods to 1 s
+# A relist or resync hands the loop back after this many objects, so workers, watches and the
+# Lease renewal keep running while a large cache is rebuilt or replayed.
+CHUNK = 500
 
 AddFunc = Callable[[Obj], None]
 UpdateFunc = Callable[[Obj, Obj], None]
@@ -46,7 +51,11 @@ class SharedInformer:
         self.default_resync = default_resync
         self.indexer = Indexer()
         self._deltas = DeltaQueue()
-        self.reflector = Reflector(client, resource, self._deltas)
+        # What the cache keeps of each object (projection.py): the union of what the informer's
+        # users asked for through `keep`; whole objects until someone asks.
+        self.projection: Projection | None = FULL
+        self._projection_set = False
+        self.reflector = Reflector(client, resource, self._deltas, transform=self._transform)
         self._handlers: list[Registration] = []
         self._synced = asyncio.Event()
         self._resync_wakeup = asyncio.Event()
@@ -59,6 +68,17 @@ class SharedInformer:
 
     def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
         self.indexer.add_indexers(indexers)
+
+    def keep(self, fields: Projection | None = FULL) -> None:
+        """Widen what the cache keeps by `fields` (FULL: whole objects). Before start only: objects
+        already cached could not grow the fields asked for."""
+        widened = fields if not self._projection_set else union(self.projection, fields)
+        if self.started and not covers(self.projection, widened):
+            raise RuntimeError(f"informer for {self.resource.name} already started; cannot keep more fields")
+        self.projection, self._projection_set = widened, True
+
+    def _transform(self, obj: Obj) -> Obj:
+        return strip_managed_fields(obj) if self.projection is None else project(obj, self.projection)
 
     def add_event_handler(
         self,
@@ -124,21 +144,30 @@ class SharedInformer:
         while True:
             delta = await self._deltas.pop()
             try:
-                self._apply(delta)
+                await self._apply_yielding(delta)
             except Exception as err:  # a broken handler must not stop the informer
                 log.error(err, "Handler failed", resource=self.resource.name)
             metrics.informer_objects.labels(self.resource.name).set(len(self.indexer))
 
+    async def _apply_yielding(self, delta: Delta) -> None:
+        """`_apply`, handing the loop back between chunks of a relist."""
+        for _ in self._steps(delta):
+            await asyncio.sleep(0)
+
     def _apply(self, delta: Delta) -> None:
-        self._apply_to_cache(delta)
+        for _ in self._steps(delta):
+            pass
+
+    def _steps(self, delta: Delta) -> Iterator[None]:
+        if delta.type is DeltaType.REPLACED:
+            yield from self._replace(delta.payload)
+        else:
+            self._apply_to_cache(delta)
         if delta.resource_version:
             self._synced_resource_version = delta.resource_version
 
     def _apply_to_cache(self, delta: Delta) -> None:
         if delta.type is DeltaType.BOOKMARK:
-            return
-        if delta.type is DeltaType.REPLACED:
-            self._replace(delta.payload)
             return
         obj: Obj = delta.payload
         if delta.type is DeltaType.DELETED:
@@ -151,21 +180,38 @@ class SharedInformer:
         else:
             self._dispatch_update(old, obj)
 
-    def _replace(self, items: list[Obj]) -> None:
-        """Reconcile the cache with a full list: adds, updates, and tombstones for what vanished."""
-        fresh = {object_key(obj): obj for obj in items}
-        vanished = [(key, self.indexer.get(key)) for key in self.indexer.keys() if key not in fresh]  # noqa: SIM118
-        for key, last in vanished:
-            self.indexer.delete(key)
-            self._dispatch_delete(DeletedFinalStateUnknown(key, last))
-        for obj in fresh.values():
-            old = self.indexer.upsert(obj)
-            if old is None:
+    def _replace(self, items: list[Obj]) -> Iterator[None]:
+        """Reconcile the cache with a full list: adds, updates, and tombstones for what vanished.
+
+        The new cache is built aside, yielding every CHUNK objects, and swapped in at once, so a
+        reader sees either the old list or the new one; then the handlers hear about the
+        differences, again in chunks.
+        """
+        staged = self.indexer.empty_copy()
+        for i, obj in enumerate(items, 1):
+            staged.upsert(obj)
+            if i % CHUNK == 0:
+                yield
+        old = self.indexer.swap(staged)
+        del staged  # now the old cache, held only until the handlers have heard about it
+        memory.settle()  # the new cache is long-lived: keep the collector from scanning it
+        step = 0
+        for key, last in old.items():
+            if key not in self.indexer:
+                self._dispatch_delete(DeletedFinalStateUnknown(key, last))
+                step += 1
+                if step % CHUNK == 0:
+                    yield
+        for i, obj in enumerate(items, 1):
+            previous = old.get(object_key(obj))
+            if previous is None:
                 self._dispatch_add(obj)
-            elif old.get("metadata", {}).get("resourceVersion") != obj["metadata"].get("resourceVersion"):
-                self._dispatch_update(old, obj)
+            elif previous.get("metadata", {}).get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                self._dispatch_update(previous, obj)
+            if i % CHUNK == 0:
+                yield
         if not self._synced.is_set():
-            log.v(2).info("Informer synced", resource=self.resource.name, items=len(fresh))
+            log.v(2).info("Informer synced", resource=self.resource.name, items=len(self.indexer))
             for reg in self._handlers:
                 reg.synced = True
             self._synced.set()
@@ -204,8 +250,10 @@ class SharedInformer:
             for reg in self._handlers:
                 if reg.resync and reg.next_resync <= now:
                     reg.next_resync = now + reg.resync
-                    for obj in self.indexer.list():
+                    for i, obj in enumerate(self.indexer.list(), 1):
                         _call(reg.on_update, obj, obj)
+                        if i % CHUNK == 0:
+                            await asyncio.sleep(0)
 
 
 def _call(func: Callable[..., Any] | None, *args: Any) -> None:

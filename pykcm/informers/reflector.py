@@ -123,12 +123,14 @@ class Reflector:
         # served from the watch cache too since 1.31, and cannot fail with 410 for an old version.
         items, list_rv = await self._paged_list(self.resource.path())
         metrics.informer_relists.labels(self.label).inc()
-        self.deltas.push(DeltaType.REPLACED, [self.transform(obj) for obj in items], list_rv)
+        self.deltas.push(DeltaType.REPLACED, items, list_rv)
         self._set_resource_version(list_rv)
         self.last_error = None
         log.v(2).info("Listed", resource=self.label, items=len(items), resourceVersion=list_rv)
 
     async def _paged_list(self, path: str) -> tuple[list[dict], str]:
+        """Every object, transformed page by page as it arrives: only one page is ever held in
+        full, and the work is spread over the waits for the next page."""
         params: dict[str, Any] = {**self.params, "limit": PAGE_SIZE}
         items: list[dict] = []
         while True:
@@ -140,17 +142,25 @@ class Reflector:
                 # The continue token expired between pages: fall back to one full list.
                 log.info("Continue token expired, listing in full", resource=self.label)
                 full = await self.client.request("GET", path, params=self.params)
-                return full.get("items") or [], full["metadata"].get("resourceVersion", "")
-            kind = page.get("kind", "").removesuffix("List")
-            for obj in page.get("items") or []:
-                # Lists omit kind/apiVersion on items; put them back so objects are self-describing.
-                obj.setdefault("kind", kind or self.resource.kind)
-                obj.setdefault("apiVersion", self.resource.api_version)
-                items.append(obj)
+                return self._transformed(full, []), full["metadata"].get("resourceVersion", "")
+            self._transformed(page, items)
+            del page["items"]
             token = page["metadata"].get("continue")
             if not token:
                 return items, page["metadata"].get("resourceVersion", "")
             params = {**self.params, "limit": PAGE_SIZE, "continue": token}
+            await asyncio.sleep(0)  # a page's transform is done; let others run before the next
+
+    def _transformed(self, page: dict, into: list[dict]) -> list[dict]:
+        """Append the transformed items of one list page to `into`."""
+        kind = page.get("kind", "").removesuffix("List") or self.resource.kind
+        api_version = self.resource.api_version
+        for obj in page.get("items") or ():
+            # Lists omit kind/apiVersion on items; put them back so objects are self-describing.
+            obj.setdefault("kind", kind)
+            obj.setdefault("apiVersion", api_version)
+            into.append(self.transform(obj))
+        return into
 
     # -- watch ----------------------------------------------------------------------------------------
 

@@ -83,6 +83,19 @@ class Indexer:
             self._unindex(key, old)
         return old
 
+    def empty_copy(self) -> Indexer:
+        """An empty indexer with the same index functions, to build a replacement in."""
+        return Indexer({name: func for name, func in self._indexers.items() if name != NAMESPACE_INDEX})
+
+    def swap(self, other: Indexer) -> dict[str, Obj]:
+        """Take `other`'s contents at once (it is left empty); returns the items held until now."""
+        if other._indexers.keys() != self._indexers.keys():
+            raise ValueError("swap needs an indexer with the same indices")
+        old = self._items
+        self._items, self._indices = other._items, other._indices
+        other._items, other._indices = {}, {name: {} for name in other._indexers}
+        return old
+
     def replace(self, objs: dict[str, Obj]) -> None:
         self._items = {}
         self._indices = {name: {} for name in self._indexers}

@@ -26,12 +26,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def peak_rss_mib(pid: int) -> float:
-    """Peak resident set size (VmHWM) of a live process."""
+def _status_mib(pid: int, field: str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def peak_rss_mib(pid: int) -> float:
+    """Peak resident set size (VmHWM) of a live process."""
+    return _status_mib(pid, "VmHWM:")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size (VmRSS) of a live process right now."""
+    return _status_mib(pid, "VmRSS:")
 
 
 # -- requests ---------------------------------------------------------------------------------------
