@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from prometheus_client import Histogram, disable_created_metrics
 
@@ -24,9 +25,12 @@ event_loop_lag = Histogram(
 )
 
 
-async def measure_event_loop_lag(interval: float = SAMPLE_INTERVAL, histogram: Histogram = event_loop_lag) -> None:
-    """Run until cancelled, observing each wake-up's lateness."""
+async def measure_event_loop_lag(
+    interval: float = SAMPLE_INTERVAL, histogram: Histogram = event_loop_lag, on_tick: Callable[[], None] = lambda: None
+) -> None:
+    """Run until cancelled, observing each wake-up's lateness; `on_tick` runs at each wake-up (a heartbeat)."""
     while True:
         due = time.monotonic() + interval
         await asyncio.sleep(interval)
         histogram.observe(max(0.0, time.monotonic() - due))
+        on_tick()

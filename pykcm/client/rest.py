@@ -131,6 +131,8 @@ class RestClient:
         for attempt in range(MAX_THROTTLE_RETRIES + 1):
             waited = await self._limiter.wait()
             metrics.rest_client_rate_limiter_duration.labels(method, host).observe(waited)
+            if self.config.write_fence is not None:  # after the limiter's wait: as late as possible
+                self.config.write_fence.check(method, path)
             start = time.monotonic()
             try:
                 async with self._transport.session().request(

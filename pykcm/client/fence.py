@@ -1,0 +1,70 @@
+"""Fenced writes: a leader refuses to mutate anything once its Lease may have expired.
+
+Leader election alone cannot stop a leader that stalls past its lease (a GC pause, SIGSTOP, a
+frozen VM) from writing when it resumes, before its renew loop notices: a standby may lead by
+then. The fence closes that window. Every mutating request checks, just before it is sent, that
+the last successful Lease renewal was *sent* less than `window` seconds ago on this process's
+monotonic clock. A standby starts its own countdown only after it has seen that renewal, so a
+request that passes the check reaches the apiserver before any standby can lead, provided it
+arrives within the margin between `window` and the lease duration. A refused write raises
+FencedWrite and tells the owner (who steps down); nothing is sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pykcm.client.errors import TransportError
+
+MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Reviews are answered, not stored: serving /metrics may ask for them whatever the lease says.
+UNFENCED_PREFIXES = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
+
+
+class FencedWrite(TransportError):
+    """A write refused before it was sent because the lease may have expired."""
+
+
+class WriteFence:
+    """Open (every request passes) until armed with the time of the last renewal a leader sent;
+    shut (every write refused) once the lease is lost or released."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._renew_sent: Callable[[], float] | None = None
+        self._window = 0.0
+        self._on_refuse: Callable[[str], None] = lambda _reason: None
+        self._shut = ""  # once set, every write is refused with this reason
+
+    @property
+    def armed(self) -> bool:
+        return self._renew_sent is not None
+
+    def arm(self, renew_sent: Callable[[], float], window: float, on_refuse: Callable[[str], None]) -> None:
+        """Fence from now on: `renew_sent()` is the monotonic time the last successful renewal was sent."""
+        self._renew_sent, self._window, self._on_refuse = renew_sent, window, on_refuse
+
+    def shut(self, reason: str) -> None:
+        """Refuse every write from now on (the lease was lost or released)."""
+        self._shut = reason
+
+    def reason_to_refuse(self) -> str | None:
+        if self._shut:
+            return self._shut
+        if self._renew_sent is None:
+            return None
+        age = self._clock() - self._renew_sent()
+        if age < self._window:
+            return None
+        return f"lease last renewed {age:.1f}s ago, past the {self._window:g}s write window"
+
+    def check(self, method: str, path: str) -> None:
+        """Raise FencedWrite (and report it) if this request must not be sent."""
+        if method not in MUTATING_METHODS or path.startswith(UNFENCED_PREFIXES):
+            return
+        reason = self.reason_to_refuse()
+        if reason is None:
+            return
+        self._on_refuse(reason)
+        raise FencedWrite(f"{method} {path}: refused, {reason}")
