@@ -168,6 +168,7 @@ class LeaderElector:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], datetime.datetime] = _utcnow,
         may_write: Callable[[], str | None] = lambda: None,
+        event_on_loss: bool = True,
     ) -> None:
         self.lock = lock
         self.config = config
@@ -181,6 +182,7 @@ class LeaderElector:
         self.renew_sent = 0.0
         self._may_write = may_write  # a reason not to acquire or renew now (the event loop is wedged)
         self._refusal = ""
+        self._event_on_loss = event_on_loss  # False: a fenced leader writes nothing once the lease may be gone
         self._reported_leader = ""
         metrics.leader_election_master_status.labels(self.name).set(0)
         metrics.leader_election_slowpath.labels(self.name)  # present from the start, like client-go's
@@ -318,7 +320,8 @@ class LeaderElector:
                 metrics.leader_election_master_status.labels(self.name).set(0)
                 deadline = f"{self.config.renew_deadline:g}s"
                 log.error(None, "Failed to renew lease", lease=self._desc(), deadline=deadline)
-                self.lock.record_event("stopped leading")
+                if self._event_on_loss:
+                    self.lock.record_event("stopped leading")
                 return False
             log.v(5).info("Successfully renewed lease", lease=self._desc())
             await _sleep_unless(stop, self.config.retry_period)

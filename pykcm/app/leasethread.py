@@ -11,7 +11,8 @@ ticks a LoopHeartbeat, and the thread neither acquires nor renews while the last
 than `heartbeat_bound` (well under the lease duration). A process stalled as a whole (SIGSTOP, a
 frozen VM) is stopped by the WriteFence: once leading, every mutating request of the main client
 first checks that the last renewal was sent less than the lease duration minus a margin ago;
-otherwise it is refused, nothing is sent, and this elector reports the lease lost.
+otherwise it is refused, nothing is sent, and this elector reports the lease lost. A lost lease
+writes nothing more, not even the "stopped leading" Event (a release still records it).
 
     elector = ThreadedElector(config, "kube-system", "pykcm", identity, le_config, fence, heartbeat)
     if await elector.acquire(stop):
@@ -100,7 +101,7 @@ class ThreadedElector:
             client, namespace, name, self.identity, EventRecorder(client, component),
             request_timeout=self.config.request_timeout,
         )
-        return LeaderElector(lock, self.config, may_write=self._loop_stalled)
+        return LeaderElector(lock, self.config, may_write=self._loop_stalled, event_on_loss=False)
 
     def _loop_stalled(self) -> str | None:
         age, bound = self._heartbeat.age(), heartbeat_bound(self.config)
@@ -161,7 +162,6 @@ class ThreadedElector:
         renewing.cancel()
         await asyncio.gather(renewing, return_exceptions=True)
         metrics.leader_election_master_status.labels(self.elector.name).set(0)
-        self._loop.call_soon_threadsafe(self.lock.record_event, "stopped leading")
         return False
 
     def _refused(self, reason: str) -> None:

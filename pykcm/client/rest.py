@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from time import monotonic
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +18,7 @@ from pykcm.client import metrics
 from pykcm.client.certrotation import CLIENT_CERT_REFRESH, ClientCertRotation
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import TooManyRequests, TransportError, error_from_status
+from pykcm.client.fence import WriteFence
 from pykcm.client.resources import Resource
 from pykcm.util.flowcontrol import TokenBucket
 
@@ -50,8 +52,10 @@ class _Transport:
         self._rotate_client_certificate()
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=self._ssl_context or False, limit=256)
+            fence = self.config.write_fence
             self._session = aiohttp.ClientSession(
-                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
+                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(),
+                trace_configs=[fence_trace(fence)] if fence is not None else None,
             )
         return self._session
 
@@ -76,6 +80,20 @@ class _Transport:
             await self._session.close()
             self._session = None
         await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+def fence_trace(fence: WriteFence) -> aiohttp.TraceConfig:
+    """Checks the fence again once a write has its connection, the last moment before it is sent:
+    a process frozen while a new connection's TLS handshake ran would otherwise send it on waking."""
+
+    async def check(_session: aiohttp.ClientSession, ctx: SimpleNamespace, _params: object) -> None:
+        if isinstance(ctx.trace_request_ctx, tuple):
+            fence.check(*ctx.trace_request_ctx)
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(check)
+    trace.on_connection_reuseconn.append(check)
+    return trace
 
 
 def request_url(host: str, path: str) -> str:
@@ -131,7 +149,7 @@ class RestClient:
         for attempt in range(MAX_THROTTLE_RETRIES + 1):
             waited = await self._limiter.wait()
             metrics.rest_client_rate_limiter_duration.labels(method, host).observe(waited)
-            if self.config.write_fence is not None:  # after the limiter's wait: as late as possible
+            if self.config.write_fence is not None:  # after the limiter's wait, and again on the connection
                 self.config.write_fence.check(method, path)
             start = time.monotonic()
             try:
@@ -142,6 +160,7 @@ class RestClient:
                     data=data,
                     headers=self._headers(accept, content_type if data is not None else None),
                     timeout=timeout,
+                    trace_request_ctx=(method, path),
                 ) as resp:
                     raw = await resp.read()
                     code = resp.status
