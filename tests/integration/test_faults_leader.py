@@ -137,3 +137,27 @@ async def _more_than(sampler: PodSampler, count: int) -> bool:
     return len(sampler.names) > count
 
 
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+async def test_leader_killed_or_stopped_mid_scale_the_standby_finishes_without_extra_pods(
+    audited_plane: ControlPlane, admin: RestClient, tmp_path: Path, signum: signal.Signals
+) -> None:
+    lease = unique_lease()
+    namespace = await create_namespace(admin, "leader")
+    a, b = await contenders(admin, audited_plane, lease, tmp_path)
+    try:
+        await admin.create(REPLICASETS, replicaset_manifest("web", 2), namespace=namespace)
+        await wait_converged(admin, namespace, "web")
+        async with PodSampler(admin, namespace, "web").running() as sampler:
+            await admin.patch(REPLICASETS, "web", {"spec": {"replicas": SCALED}}, namespace)
+            await wait_for(lambda: _more_than(sampler, 6), 30, 0.05, "A creating pods")
+            a.proc.signal(signum)
+            signalled = time.monotonic()
+            await wait_converged(admin, namespace, "web", timeout=LEASE_DURATION + 40)
+            recovery = time.monotonic() - signalled
+    finally:
+        a.proc.kill()
+        b.proc.kill()
+    assert sampler.most <= SCALED and len(sampler.names) == SCALED, (sampler.most, len(sampler.names))
+    report(f"leader {signum.name} mid-scale (until the standby converged)", recovery)
