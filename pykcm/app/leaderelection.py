@@ -4,9 +4,10 @@ The lock is a `coordination.k8s.io/v1` Lease. Candidates never trust the timesta
 it: a lease counts as held until `leaseDurationSeconds` have passed on the *local monotonic
 clock* since this process last saw the record change. Writes carry the resourceVersion that
 was read, so when two candidates race, the apiserver's Conflict makes one of them lose the
-round. This tolerates clock skew between hosts (not skew *rate*); it does not fence: a leader
-that stops renewing must stop working within the renew deadline, which the manager ensures by
-exiting.
+round. This tolerates clock skew between hosts (not skew *rate*). It does not fence by itself:
+a leader that stops renewing must stop working within the renew deadline, which the manager
+ensures by exiting, and leasethread.py runs it on its own thread and fences the leader's writes
+with `renew_sent` (pykcm/client/fence.py).
 
     elector = LeaderElector(LeaseLock(client, "kube-system", "pykcm", identity), config)
     if await elector.acquire(stop):       # standby until this returns
