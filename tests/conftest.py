@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -49,6 +50,35 @@ def _terminal_log(config: pytest.Config) -> Callable[[str], None]:
 def testenv_log(pytestconfig: pytest.Config) -> Callable[[str], None]:
     """Progress lines of local-cluster builds and runs, shown even under output capture."""
     return _terminal_log(pytestconfig)
+
+
+SHARED_CLUSTERS = ("control_plane", "cluster_with_nodes")
+
+
+@pytest.fixture(autouse=True)
+def _shared_clusters_stay_up(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A shared cluster that lost a process is reported against the test it happened in or before
+    (a warning with the process's last log lines, in the summary and on the terminal), and etcd and
+    the apiserver are started again: one crash must not fail every test after it (a CI run once
+    lost 26 tests that way with no trace of why the apiserver had gone)."""
+    _revive_shared_clusters(request, "before")
+    yield
+    _revive_shared_clusters(request, "during")
+
+
+def _revive_shared_clusters(request: pytest.FixtureRequest, when: str) -> None:
+    for name in SHARED_CLUSTERS:
+        if name not in request.fixturenames:
+            continue
+        plane: ControlPlane = request.getfixturevalue(name)
+        if not (dead := plane.dead_processes()):
+            continue
+        report = "; ".join(f"{p.name} (pid {p.pid}) exited, last lines: {' | '.join(p.log_tail(8))}" for p in dead)
+        revived = plane.revive()
+        message = f"the shared {name} lost {report} {when} {request.node.nodeid}"
+        message += f" (restarted {', '.join(revived)})" if revived else ""
+        request.getfixturevalue("testenv_log")(message)
+        warnings.warn(message, pytest.PytestWarning, stacklevel=1)
 
 
 @pytest.fixture

@@ -301,6 +301,18 @@ class ControlPlane:
         """Processes of this cluster that have exited (a crashed scheduler, kwok, KCM ...)."""
         return [proc for proc in self.processes.values() if not proc.alive()]
 
+    def revive(self) -> list[str]:
+        """Start etcd and the apiserver again, on their ports and data, if they have exited; return
+        the names restarted. Lets a shared test cluster outlive one test that broke it."""
+        revived = []
+        if (etcd := self.processes.get(ETCD)) is not None and not etcd.alive():
+            self._start_etcd()
+            revived.append(ETCD)
+        if (apiserver := self.processes.get(APISERVER)) is not None and not apiserver.alive():
+            self.start_apiserver()
+            revived.append(APISERVER)
+        return revived
+
     def _kcm_argv(self, controllers: str, port: int, extra_args: Sequence[str]) -> list[str]:
         return [
             str(self.binaries.kcm),

@@ -72,6 +72,23 @@ async def test_restart_apiserver_keeps_url_and_data(control_plane: ControlPlane,
     assert ControlPlane.load(control_plane.directory).apiserver_url == url
 
 
+async def test_revive_restarts_a_crashed_etcd_and_apiserver_on_their_ports(
+    control_plane: ControlPlane, client: RestClient
+) -> None:
+    namespace = await create_namespace(client, "revive", service_account=False)
+    url = control_plane.apiserver_url
+    for name in ("kube-apiserver", "etcd"):
+        control_plane.processes[name].kill()
+        control_plane.processes[name].wait(10)
+    assert {p.name for p in control_plane.dead_processes()} == {"kube-apiserver", "etcd"}
+
+    assert await asyncio.to_thread(control_plane.revive) == ["etcd", "kube-apiserver"]
+
+    assert not control_plane.dead_processes() and control_plane.apiserver_url == url
+    assert (await client.get(NAMESPACES, namespace))["metadata"]["name"] == namespace
+    assert await asyncio.to_thread(control_plane.revive) == []
+
+
 async def test_compact_and_restart_make_old_resource_versions_expire(
     control_plane: ControlPlane, client: RestClient
 ) -> None:
