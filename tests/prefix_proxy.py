@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
+import yaml
 from aiohttp import web
 
 from pykcm.testenv.controlplane import ControlPlane
@@ -97,3 +99,16 @@ async def prefix_proxy(plane: ControlPlane, prefix: str = "/k8s/clusters/c-test"
     finally:
         await runner.cleanup()
         await upstream.close()
+
+
+def proxy_kubeconfig(path: Path, server: str) -> Path:
+    """No credentials: the proxy authenticates upstream, as Rancher does for its users."""
+    config = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path

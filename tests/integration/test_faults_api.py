@@ -24,8 +24,7 @@ from pykcm.client.rest import RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ETCD, ControlPlane
 from tests.faults import PodSampler, report, wait_converged
-from tests.integration.test_path_prefix import proxy_kubeconfig
-from tests.prefix_proxy import PrefixProxy, prefix_proxy
+from tests.prefix_proxy import PrefixProxy, prefix_proxy, proxy_kubeconfig
 from tests.support import (
     CONTROLLER_KUBECONFIG_ENV,
     admin_client,
@@ -122,7 +121,7 @@ async def test_etcd_restart_mid_scale(plane: ControlPlane, admin: RestClient) ->
         etcd = plane.processes[ETCD]
         await asyncio.to_thread(etcd.stop)
         await asyncio.sleep(5)
-        await asyncio.to_thread(plane._start_etcd)  # same data dir and ports; the apiserver reconnects
+        assert await asyncio.to_thread(plane.revive) == [ETCD]  # same data dir and ports; the apiserver reconnects
 
     _, recovery = await scale_through_fault(admin, plane.kubeconfig, restart_etcd, "etcd")
     report("etcd restarted mid-scale (down 5s)", recovery)
