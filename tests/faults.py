@@ -94,8 +94,9 @@ async def admin_token_kubeconfig(client: RestClient, plane: ControlPlane, name: 
 
 @dataclass
 class PodSampler:
-    """Samples the live pods of one ReplicaSet (label app=<name>) every `interval` seconds: the most
-    ever seen at once, and every pod name ever seen (each name is one create)."""
+    """Samples the live pods of one ReplicaSet (label app=<name>) every `interval` seconds and once
+    more when the block ends: the most ever seen at once, and every pod name ever seen (each name
+    is one create)."""
 
     client: RestClient
     namespace: str
@@ -106,16 +107,19 @@ class PodSampler:
     errors: int = 0
     _task: asyncio.Task[None] | None = None
 
+    async def sample(self) -> None:
+        try:
+            pods = await self.client.list(PODS, self.namespace, labelSelector=f"app={self.name}")
+        except Exception:  # the apiserver is down in some faults: sampling resumes with it
+            self.errors += 1
+        else:
+            live = [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+            self.most = max(self.most, len(live))
+            self.names.update(p["metadata"]["name"] for p in pods["items"])
+
     async def _run(self) -> None:
         while True:
-            try:
-                pods = await self.client.list(PODS, self.namespace, labelSelector=f"app={self.name}")
-            except Exception:  # the apiserver is down in some faults: sampling resumes with it
-                self.errors += 1
-            else:
-                live = [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
-                self.most = max(self.most, len(live))
-                self.names.update(p["metadata"]["name"] for p in pods["items"])
+            await self.sample()
             await asyncio.sleep(self.interval)
 
     @contextlib.asynccontextmanager
@@ -126,6 +130,7 @@ class PodSampler:
         finally:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        await self.sample()  # the state the block ended in, which the last interval may have missed
 
 
 async def converged(client: RestClient, namespace: str, name: str) -> bool:

@@ -164,11 +164,11 @@ class ThreadedElector:
         metrics.leader_election_master_status.labels(self.elector.name).set(0)
         return False
 
-    def _refused(self, reason: str) -> None:
+    def _refused(self, request: str, reason: str) -> None:
         """Called by the fence on the main loop, for the first refused write and any after it."""
         self._fence.shut(reason)
         if not self._fenced.is_set():
-            log.error(None, "Refused a write: stepping down", lease=self.lock.describe(), reason=reason)
+            log.error(None, "Refused a write: stepping down", lease=self.lock.describe(), write=request, reason=reason)
             self._fenced.set()
 
     async def release(self) -> bool:

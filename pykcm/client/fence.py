@@ -56,15 +56,16 @@ class WriteFence:
         self._clock = clock
         self._renew_sent: Callable[[], float] | None = None
         self._window = 0.0
-        self._on_refuse: Callable[[str], None] = lambda _reason: None
+        self._on_refuse: Callable[[str, str], None] = lambda _request, _reason: None
         self._shut = ""  # once set, every write is refused with this reason
 
     @property
     def armed(self) -> bool:
         return self._renew_sent is not None
 
-    def arm(self, renew_sent: Callable[[], float], window: float, on_refuse: Callable[[str], None]) -> None:
-        """Fence from now on: `renew_sent()` is the monotonic time the last successful renewal was sent."""
+    def arm(self, renew_sent: Callable[[], float], window: float, on_refuse: Callable[[str, str], None]) -> None:
+        """Fence from now on: `renew_sent()` is the monotonic time the last successful renewal was sent;
+        `on_refuse(request, reason)` hears of each refused write ("POST /api/v1/...")."""
         self._renew_sent, self._window, self._on_refuse = renew_sent, window, on_refuse
 
     def shut(self, reason: str) -> None:
@@ -88,7 +89,7 @@ class WriteFence:
         reason = self.reason_to_refuse()
         if reason is None:
             return
-        self._on_refuse(reason)
+        self._on_refuse(f"{method} {path}", reason)
         raise FencedWrite(f"{method} {path}: refused, {reason}")
 
     def check_sending(self) -> None:

@@ -7,6 +7,7 @@ process sent each write. Timing as in test_leaderelection.py: lease 8 s, renew 5
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import signal
 import time
@@ -21,6 +22,7 @@ from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
 from tests.faults import (
     WRITE_VERBS,
+    AuditWrite,
     PodSampler,
     admin_token_kubeconfig,
     audit_args,
@@ -35,6 +37,9 @@ pytestmark = pytest.mark.integration
 
 CONTROLLERS = "replicaset,serviceaccount"
 SCALED = 60  # pods: about 3 s of creates at pykcm's default 20 QPS
+FROZEN_SCALE = 20  # pods the new leader creates while the old one is frozen
+QUIET = 1.0  # seconds without a write but renewals: the leader has nothing in flight
+FREEZE_AFTER_RENEWAL = 0.3  # of the 1 s retry period: mid-sleep, neither renewing nor about to
 
 
 @pytest.fixture(scope="module")
@@ -58,23 +63,23 @@ async def admin(audited_plane: ControlPlane) -> AsyncIterator[RestClient]:
 class Contender:
     """`pykcm run` electing on `lease` as ServiceAccount kube-system/<sa>."""
 
-    def __init__(self, kubeconfig: Path, user: str, lease: str, log_path: Path, *args: str) -> None:
+    def __init__(self, kubeconfig: Path, user: str, lease: str, log_path: Path, controllers: str) -> None:
         self.user = user
         self.proc = PykcmProcess(
-            "--kubeconfig", str(kubeconfig), "--controllers", CONTROLLERS, "--v", "2",
-            "--leader-elect=true", f"--leader-elect-resource-name={lease}", *TIMING_ARGS, *args, log_path=log_path,
+            "--kubeconfig", str(kubeconfig), "--controllers", controllers, "--v", "2",
+            "--leader-elect=true", f"--leader-elect-resource-name={lease}", *TIMING_ARGS, log_path=log_path,
         )
 
 
 async def contenders(
-    admin: RestClient, plane: ControlPlane, lease: str, tmp: Path, *args: str
+    admin: RestClient, plane: ControlPlane, lease: str, tmp: Path, b_controllers: str = CONTROLLERS
 ) -> tuple[Contender, Contender]:
     """A leads (caches synced), B stands by (has seen A)."""
     made = []
-    for name in ("a", "b"):
+    for name, controllers in (("a", CONTROLLERS), ("b", b_controllers)):
         sa = f"{lease}-{name}"
         user = await admin_token_kubeconfig(admin, plane, sa, tmp / f"{name}.kubeconfig")
-        made.append(Contender(tmp / f"{name}.kubeconfig", user, lease, tmp / f"pykcm-{name}.log", *args))
+        made.append(Contender(tmp / f"{name}.kubeconfig", user, lease, tmp / f"pykcm-{name}.log", controllers))
         if name == "a":
             await made[0].proc.wait_for_log("Caches are synced", timeout=60)
         else:
@@ -86,32 +91,58 @@ async def lease_holder(client: RestClient, lease: str) -> str:
     return (await client.get(LEASES, lease, namespace="kube-system"))["spec"].get("holderIdentity") or ""
 
 
+def is_renewal(write: AuditWrite, user: str, lease: str) -> bool:
+    return write.user == user and write.resource == "leases" and write.name == lease
+
+
+async def freeze_when_idle(contender: Contender, log: Path, lease: str) -> None:
+    """SIGSTOP the leader with nothing in flight: it has sent no write but renewals for a second,
+    and its lease thread renewed just now, so it sleeps for most of a retry period.
+
+    Nothing then sits between a fence check and the socket when it freezes (that window is
+    microseconds wide but not empty, see the README), and its lease thread wakes up between
+    renewals, so the first thing that notices the lost lease is deterministic: the fence.
+    """
+    seen = -1
+
+    async def just_renewed_and_idle() -> bool:
+        nonlocal seen
+        writes = audit_writes(log)
+        renewals = [w for w in writes if is_renewal(w, contender.user, lease) and w.code < 300]
+        fresh, seen = seen >= 0 and len(renewals) > seen, len(renewals)
+        others = [w.received for w in writes if w.user == contender.user and not is_renewal(w, contender.user, lease)]
+        quiet_since = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=QUIET)
+        return fresh and (not others or max(others) < quiet_since)
+
+    await wait_for(just_renewed_and_idle, 60, 0.05, "the leader idle, just after a renewal")
+    await asyncio.sleep(FREEZE_AFTER_RENEWAL)
+    contender.proc.signal(signal.SIGSTOP)
+
+
 async def test_a_leader_frozen_past_its_lease_sends_no_write_after_it_expired_and_exits(
     audited_plane: ControlPlane, admin: RestClient, tmp_path: Path
 ) -> None:
     lease = unique_lease()
     namespace = await create_namespace(admin, "fence")
-    # A request frozen between its last fence check and its send() (well under a millisecond of
-    # Python) still goes out on waking: no fence in the client can close that. A low QPS keeps A's
-    # pending creates in the rate limiter, before the check, so the freeze rarely lands there.
-    a, b = await contenders(admin, audited_plane, lease, tmp_path, "--kube-api-qps=10", "--kube-api-burst=10")
+    # B runs no ServiceAccount controller: the ServiceAccount that a namespace created during the
+    # freeze needs is a write only A will attempt when it wakes, whatever B has done by then.
+    a, b = await contenders(admin, audited_plane, lease, tmp_path, b_controllers="replicaset")
     try:
         await admin.create(REPLICASETS, replicaset_manifest("web", 2), namespace=namespace)
         await wait_converged(admin, namespace, "web")
         a_identity = await lease_holder(admin, lease)
-
         async with PodSampler(admin, namespace, "web").running() as sampler:
-            # Freeze A in the middle of a scale-up: when it wakes, its workers go on creating at once.
-            await admin.patch(REPLICASETS, "web", {"spec": {"replicas": SCALED}}, namespace)
-            await wait_for(lambda: _more_than(sampler, 6), 30, 0.05, "A creating pods")
-            a.proc.signal(signal.SIGSTOP)
+            await freeze_when_idle(a, audit_log(audited_plane), lease)
             await wait_for(lambda: _held_by_other(admin, lease, a_identity), LEASE_DURATION + 10, 0.2, "B leading")
-            await wait_converged(admin, namespace, "web")  # B finished the scale-up
+            # Work for A's watches to deliver when it wakes: a namespace owed a ServiceAccount, a scale-up.
+            await create_namespace(admin, "fence-owed", service_account=False)
+            await admin.patch(REPLICASETS, "web", {"spec": {"replicas": FROZEN_SCALE}}, namespace)
+            await wait_converged(admin, namespace, "web")  # B scaled up
             a.proc.signal(signal.SIGCONT)
             resumed = time.monotonic()
             code = await a.proc.wait(30)
             exited = time.monotonic() - resumed
-            await admin.patch(REPLICASETS, "web", {"spec": {"replicas": SCALED + 5}}, namespace)
+            await admin.patch(REPLICASETS, "web", {"spec": {"replicas": FROZEN_SCALE + 5}}, namespace)
             recovery = await wait_converged(admin, namespace, "web")
     finally:
         a.proc.kill()
@@ -119,12 +150,14 @@ async def test_a_leader_frozen_past_its_lease_sends_no_write_after_it_expired_an
 
     log = a.proc.log()
     assert code == 1, log[-3000:]
+    # The fence, not the renew loop (which gives up only after the renew deadline), noticed first.
     assert '"Refused a write: stepping down"' in log, log[-3000:]
     assert log.strip().splitlines()[-1] == "pykcm: error: leaderelection lost"
-    assert sampler.most <= SCALED + 5 and len(sampler.names) == SCALED + 5, (sampler.most, len(sampler.names))
+    wanted = FROZEN_SCALE + 5
+    assert sampler.most <= wanted and len(sampler.names) == wanted, (sampler.most, len(sampler.names))
 
     writes = audit_writes(audit_log(audited_plane))
-    renewals = [w for w in writes if w.user == a.user and w.resource == "leases" and w.name == lease and w.code < 300]
+    renewals = [w for w in writes if is_renewal(w, a.user, lease) and w.code < 300]
     expired = max(w.received for w in renewals) + datetime.timedelta(seconds=LEASE_DURATION)
     late = [w for w in writes if w.user == a.user and w.verb in WRITE_VERBS and w.received >= expired]
     assert late == [], f"the old leader wrote after its lease expired at {expired}: {late}"
@@ -140,8 +173,6 @@ async def _held_by_other(client: RestClient, lease: str, identity: str) -> bool:
 
 async def _more_than(sampler: PodSampler, count: int) -> bool:
     return len(sampler.names) > count
-
-
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])

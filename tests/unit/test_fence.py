@@ -21,7 +21,7 @@ from tests.unit.test_leaderelection import DEFAULTS, FakeClock, FakeLeaseApi
 def armed_fence(clock: FakeClock, renew_sent: float, window: float = 12.0) -> tuple[WriteFence, list[str]]:
     refusals: list[str] = []
     fence = WriteFence(clock)
-    fence.arm(lambda: renew_sent, window, refusals.append)
+    fence.arm(lambda: renew_sent, window, lambda _request, reason: refusals.append(reason))
     return fence, refusals
 
 
