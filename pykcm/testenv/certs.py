@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,22 @@ def ensure_pki(directory: Path) -> Pki:
     _issue(pki.front_proxy_cert, pki.front_proxy_key, ca_cert, ca_key, _name(FRONT_PROXY_CN), server=False)
     _write_sa_keys(pki)
     return pki
+
+
+def issue_certificate(
+    pki: Pki, cert_path: Path, key_path: Path, common_name: str, organization: str | None = None,
+    *, server: bool = False,
+) -> None:
+    """A new key and certificate for `common_name` signed by the PKI's CA, as a rotation writes
+    them: each file replaced in one rename, the certificate first. `server`: a serving certificate
+    for the apiserver's names and addresses (APISERVER_DNS_NAMES, APISERVER_IPS)."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    staged_cert, staged_key = cert_path.with_name(cert_path.name + ".new"), key_path.with_name(key_path.name + ".new")
+    _issue(staged_cert, staged_key, ca_cert, ca_key, _name(common_name, organization), server=server)
+    os.replace(staged_cert, cert_path)
+    os.replace(staged_key, key_path)
 
 
 def _ec_key() -> _Key:

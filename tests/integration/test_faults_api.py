@@ -1,5 +1,5 @@
 """Faults of the API side while pykcm scales a ReplicaSet: the apiserver unreachable for 30 s,
-429 and 503 storms, an etcd restart, and the namespace deleted mid-scale. Each asserts that
+429 and 503 storms, an etcd restart, certificates rotated, and the namespace deleted mid-scale. Each asserts that
 nothing is lost (the ReplicaSet converges, status written) and nothing is created twice (never
 more live pods than spec at any sampled moment, and exactly one pod name per needed create),
 and prints the recovery time: from the end of the fault until converged.
@@ -12,15 +12,22 @@ through tests/prefix_proxy.py where the fault is on the network path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from pykcm.client.resources import NAMESPACES, REPLICASETS
+from pykcm.client import rest
+from pykcm.client.errors import NotFound
+from pykcm.client.resources import CLUSTERROLEBINDINGS, NAMESPACES, REPLICASETS
 from pykcm.client.rest import RestClient
+from pykcm.testenv.certs import issue_certificate
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ETCD, ControlPlane
 from tests.faults import PodSampler, report, wait_converged
@@ -142,3 +149,65 @@ async def test_namespace_deleted_while_its_replicaset_scales(plane: ControlPlane
         await asyncio.sleep(2)
         assert len(controller.queue) == 0, "the ReplicaSet is still being retried"
     report("namespace deleted while its ReplicaSet scales (until the namespace is gone)", gone)
+
+
+async def test_certificates_rotated_while_running(
+    plane: ControlPlane, admin: RestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A cluster's rotation: pykcm's client certificate files (named by its kubeconfig) replaced
+    by a new pair, and the apiserver restarted with a serving certificate re-issued by the same
+    CA. The old client identity then loses its rights, so only the new pair can do the scale-up."""
+    if os.environ.get(CONTROLLER_KUBECONFIG_ENV):
+        pytest.skip("pykcm's own client certificate is what rotates; the deploy-credentials mode does not apply")
+    monkeypatch.setattr(rest, "CLIENT_CERT_REFRESH", 1.0)  # client-go re-reads every 5 minutes
+    caplog.set_level(logging.INFO, logger="pykcm.cert-rotation")
+    users = {name: f"pykcm-rotation-{name}-{uuid.uuid4().hex[:6]}" for name in ("old", "new")}
+    for user in users.values():
+        await admin.create(CLUSTERROLEBINDINGS, cluster_admin_binding(user))
+    cert, key = tmp_path / "pykcm.crt", tmp_path / "pykcm.key"
+    issue_certificate(plane.pki, cert, key, users["old"])
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(cert_files_kubeconfig(plane, cert, key)))
+    namespace = await create_namespace(admin, "rotation")
+    try:
+        async with running_manager(kubeconfig, "replicaset"):
+            await admin.create(REPLICASETS, replicaset_manifest("rotated", START), namespace=namespace)
+            await wait_converged(admin, namespace, "rotated")
+            async with PodSampler(admin, namespace, "rotated").running() as sampler:
+                issue_certificate(plane.pki, cert, key, users["new"])
+                pki = plane.pki
+                issue_certificate(pki, pki.apiserver_cert, pki.apiserver_key, "kube-apiserver", server=True)
+                await asyncio.to_thread(plane.restart_apiserver)
+                rotated = time.monotonic()
+                await admin.delete(CLUSTERROLEBINDINGS, users["old"])
+                await admin.patch(REPLICASETS, "rotated", {"spec": {"replicas": SCALED}}, namespace)
+                await wait_converged(admin, namespace, "rotated", timeout=120)
+                recovery = time.monotonic() - rotated
+    finally:
+        for user in users.values():
+            with contextlib.suppress(NotFound):
+                await admin.delete(CLUSTERROLEBINDINGS, user)
+    assert "Certificate rotation detected" in caplog.text
+    assert sampler.most <= SCALED and len(sampler.names) == SCALED, (sampler.most, len(sampler.names))
+    report("certificates rotated (client pair replaced, apiserver restarted with a new serving cert)", recovery)
+
+
+def cluster_admin_binding(user: str) -> dict:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+
+
+def cert_files_kubeconfig(plane: ControlPlane, cert: Path, key: Path) -> dict:
+    """A kubeconfig that names its client certificate and key files (re-read when they rotate)."""
+    cluster = {"server": plane.apiserver_url, "certificate-authority": str(plane.pki.ca_cert)}
+    return {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
