@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+from aiohttp import web
 
 from pykcm.app.manager import Manager
 from pykcm.app.options import Options, resolve_controllers
@@ -280,6 +281,24 @@ class ControllerSpy:
 
 def controller_of(manager: Manager, name: str) -> Controller:
     return next(c for c in manager.controllers if c.name == name)
+
+
+@contextlib.asynccontextmanager
+async def loopback_server(
+    handle: Callable[[web.Request], Awaitable[web.StreamResponse]], ssl_context: ssl.SSLContext | None = None
+) -> AsyncIterator[str]:
+    """Serve every method and path with `handle` on 127.0.0.1 (a fake apiserver); yields its URL."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
 
 
 def free_port() -> int:

@@ -4,9 +4,10 @@ The lock is a `coordination.k8s.io/v1` Lease. Candidates never trust the timesta
 it: a lease counts as held until `leaseDurationSeconds` have passed on the *local monotonic
 clock* since this process last saw the record change. Writes carry the resourceVersion that
 was read, so when two candidates race, the apiserver's Conflict makes one of them lose the
-round. This tolerates clock skew between hosts (not skew *rate*); it does not fence: a leader
-that stops renewing must stop working within the renew deadline, which the manager ensures by
-exiting.
+round. This tolerates clock skew between hosts (not skew *rate*). It does not fence by itself:
+a leader that stops renewing must stop working within the renew deadline, which the manager
+ensures by exiting, and leasethread.py runs it on its own thread and fences the leader's writes
+with `renew_sent` (pykcm/client/fence.py).
 
     elector = LeaderElector(LeaseLock(client, "kube-system", "pykcm", identity), config)
     if await elector.acquire(stop):       # standby until this returns
@@ -167,6 +168,8 @@ class LeaderElector:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], datetime.datetime] = _utcnow,
+        may_write: Callable[[], str | None] = lambda: None,
+        event_on_loss: bool = True,
     ) -> None:
         self.lock = lock
         self.config = config
@@ -176,6 +179,11 @@ class LeaderElector:
         self.observed_record = LeaderElectionRecord()
         self._observed_raw: LeaderElectionRecord | None = None
         self.observed_time = 0.0
+        # When the last successful write naming us as holder was sent (not answered): the fence's base.
+        self.renew_sent = 0.0
+        self._may_write = may_write  # a reason not to acquire or renew now (the event loop is wedged)
+        self._refusal = ""
+        self._event_on_loss = event_on_loss  # False: a fenced leader writes nothing once the lease may be gone
         self._reported_leader = ""
         metrics.leader_election_master_status.labels(self.name).set(0)
         metrics.leader_election_slowpath.labels(self.name)  # present from the start, like client-go's
@@ -194,14 +202,18 @@ class LeaderElector:
     def _lease_valid(self, now: float) -> bool:
         return self.observed_time + self.observed_record.lease_duration_seconds > now
 
-    def _set_observed(self, record: LeaderElectionRecord) -> None:
+    def _set_observed(self, record: LeaderElectionRecord, sent: float | None = None) -> None:
         self.observed_record = record
         self.observed_time = self._clock()
+        if sent is not None and record.holder_identity == self.identity:
+            self.renew_sent = sent
 
     # -- one round ------------------------------------------------------------------------------------
 
     async def try_acquire_or_renew(self) -> bool:
         """One attempt to take or keep the lease; False means "not leader after this round"."""
+        if self._refused():
+            return False
         now = self._clock()
         stamp = micro_time(self._wall_clock())
         desired = LeaderElectionRecord(
@@ -217,12 +229,13 @@ class LeaderElector:
                 acquire_time=self.observed_record.acquire_time,
                 leader_transitions=self.observed_record.leader_transitions,
             )
+            sent = self._clock()
             try:
                 await self.lock.update(record)
             except (ApiError, TransportError) as err:
                 log.error(err, "Failed to update lock optimistically, falling back to slow path", lease=self._desc())
             else:
-                self._set_observed(record)
+                self._set_observed(record, sent)
                 return True
         # 2. Read the lease, creating it if nobody has yet.
         try:
@@ -245,22 +258,35 @@ class LeaderElector:
             metrics.leader_election_slowpath.labels(self.name).inc()
         else:
             record = replace(desired, leader_transitions=current.leader_transitions + 1)
+        sent = self._clock()
         try:
             await self.lock.update(record)
         except (ApiError, TransportError) as err:
             log.error(err, "Failed to update lock", lease=self._desc())
             return False
-        self._set_observed(record)
+        self._set_observed(record, sent)
         return True
 
     async def _create(self, record: LeaderElectionRecord) -> bool:
+        sent = self._clock()
         try:
             await self.lock.create(record)
         except (ApiError, TransportError) as err:
             log.error(err, "Error initially creating leader election record", lease=self._desc())
             return False
-        self._set_observed(record)
+        self._set_observed(record, sent)
         return True
+
+    def _refused(self) -> bool:
+        """Whether `may_write` forbids this round; logs when that starts and ends."""
+        reason = self._may_write() or ""
+        if reason != self._refusal:
+            self._refusal = reason
+            if reason:
+                log.error(None, "Not renewing lease", lease=self._desc(), reason=reason)
+            else:
+                log.info("Renewing lease again", lease=self._desc())
+        return bool(reason)
 
     # -- loops ----------------------------------------------------------------------------------------
 
@@ -295,7 +321,8 @@ class LeaderElector:
                 metrics.leader_election_master_status.labels(self.name).set(0)
                 deadline = f"{self.config.renew_deadline:g}s"
                 log.error(None, "Failed to renew lease", lease=self._desc(), deadline=deadline)
-                self.lock.record_event("stopped leading")
+                if self._event_on_loss:
+                    self.lock.record_event("stopped leading")
                 return False
             log.v(5).info("Successfully renewed lease", lease=self._desc())
             await _sleep_unless(stop, self.config.retry_period)

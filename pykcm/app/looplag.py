@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from prometheus_client import Gauge, Histogram, disable_created_metrics
 
@@ -28,9 +29,13 @@ event_loop_lag_max = Gauge(
 
 
 async def measure_event_loop_lag(
-    interval: float = SAMPLE_INTERVAL, histogram: Histogram = event_loop_lag, maximum: Gauge = event_loop_lag_max
+    interval: float = SAMPLE_INTERVAL,
+    histogram: Histogram = event_loop_lag,
+    maximum: Gauge = event_loop_lag_max,
+    on_tick: Callable[[], None] = lambda: None,
 ) -> None:
-    """Run until cancelled, observing each wake-up's lateness (and the highest so far)."""
+    """Run until cancelled, observing each wake-up's lateness (and the highest so far); `on_tick`
+    runs at each wake-up (a heartbeat)."""
     highest = 0.0
     while True:
         due = time.monotonic() + interval
@@ -40,3 +45,4 @@ async def measure_event_loop_lag(
         if lag > highest:
             highest = lag
             maximum.set(lag)
+        on_tick()

@@ -14,22 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import replace
 
 from pykcm.app import metrics
 from pykcm.app.clientbuilder import ServiceAccountClientBuilder
-from pykcm.app.leaderelection import (
-    USER_AGENT_SUFFIX,
-    LeaderElectionConfig,
-    LeaderElector,
-    LeaseLock,
-    new_identity,
-)
+from pykcm.app.leaderelection import LeaderElectionConfig, new_identity
+from pykcm.app.leasethread import LoopHeartbeat, ThreadedElector
 from pykcm.app.looplag import measure_event_loop_lag
 from pykcm.app.options import Options
 from pykcm.app.runner import MANAGER_NAME, ControllerRunner
 from pykcm.client.config import ClientConfig, load_config
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.events import EventRecorder
+from pykcm.client.fence import WriteFence
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, ControllerContext
 from pykcm.informers.factory import SharedInformerFactory
@@ -57,6 +54,11 @@ class ManagerError(Exception):
 class Manager:
     def __init__(self, options: Options, config: ClientConfig, controllers: list[type[Controller]]) -> None:
         self.options = options
+        # Armed once leading: every client derived from this one (controllers', their ServiceAccounts')
+        # refuses writes when the Lease may have expired (leasethread.py).
+        self.fence = WriteFence()
+        self.heartbeat = LoopHeartbeat()
+        config = replace(config, write_fence=self.fence)
         self.client = RestClient(config.with_limits(options.kube_api_qps, options.kube_api_burst))
         self.factory = SharedInformerFactory(self.client.named("shared-informers"), options.min_resync_period)
         self.controller_classes = controllers
@@ -64,7 +66,7 @@ class Manager:
         self.runners: list[ControllerRunner] = []
         self.synced = asyncio.Event()  # every controller has synced its caches and runs
         self.identity = new_identity()
-        self.elector: LeaderElector | None = None
+        self.elector: ThreadedElector | None = None
         self.server: SecureServer | None = None
         self._tls_refresh: asyncio.Task | None = None
         # What /healthz reports: leaderElection (when electing), then one per started controller.
@@ -75,7 +77,7 @@ class Manager:
 
     async def run(self, stop: asyncio.Event) -> None:
         memory.tune()
-        lag = asyncio.create_task(measure_event_loop_lag(), name="event-loop lag")
+        lag = asyncio.create_task(measure_event_loop_lag(on_tick=self.heartbeat.beat), name="event-loop lag")
         try:
             await self._wait_for_apiserver()
             await self._start_server()
@@ -143,21 +145,16 @@ class Manager:
 
     # -- leader election ------------------------------------------------------------------------------
 
-    def _build_elector(self) -> LeaderElector:
+    def _build_elector(self) -> ThreadedElector:
+        """Leader election on its own thread and connection; the fence guards this process's writes."""
         opts = self.options
         config = LeaderElectionConfig(
             opts.leader_elect_lease_duration, opts.leader_elect_renew_deadline, opts.leader_elect_retry_period
         )
-        client = self.client.named(USER_AGENT_SUFFIX)
-        lock = LeaseLock(
-            client,
-            opts.leader_elect_resource_namespace,
-            opts.leader_elect_resource_name,
-            self.identity,
-            EventRecorder(client, EVENT_COMPONENT),
-            request_timeout=config.request_timeout,
+        return ThreadedElector(
+            self.client.config, opts.leader_elect_resource_namespace, opts.leader_elect_resource_name,
+            self.identity, config, self.fence, self.heartbeat, EVENT_COMPONENT,
         )
-        return LeaderElector(lock, config)
 
     async def _run_leader_elected(self, stop: asyncio.Event) -> None:
         elector = self.elector = self._build_elector()
@@ -166,10 +163,9 @@ class Manager:
             if await elector.acquire(stop):
                 await self._lead(elector, stop)
         finally:
-            if elector.lock.events is not None:
-                await elector.lock.events.close()
+            await elector.close()
 
-    async def _lead(self, elector: LeaderElector, stop: asyncio.Event) -> None:
+    async def _lead(self, elector: ThreadedElector, stop: asyncio.Event) -> None:
         """Run the controllers while renewing; lost lease → abort and raise, signal → drain and release."""
         stop_renewing, stop_controllers = asyncio.Event(), asyncio.Event()
         renewing = asyncio.create_task(elector.renew(stop_renewing), name="leader-election renew")

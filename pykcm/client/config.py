@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from pykcm.client.fence import WriteFence
+
 
 class ConfigError(Exception):
     """The credentials could not be loaded; the message is one line for the user."""
@@ -31,6 +33,8 @@ class ClientConfig:
     verify_tls: bool = True
     cert_file: str | None = None  # client certificate and key files, re-read when they rotate
     key_file: str | None = None
+    # Checked before each mutating request (a leader's fence); shared by clients derived from this one.
+    write_fence: WriteFence | None = field(default=None, repr=False, compare=False)
 
     def with_limits(self, qps: float, burst: int) -> ClientConfig:
         return replace(self, qps=qps, burst=burst)

@@ -17,6 +17,7 @@ from pykcm.client import metrics
 from pykcm.client.certrotation import CLIENT_CERT_REFRESH, ClientCertRotation
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import TooManyRequests, TransportError, error_from_status
+from pykcm.client.fence import FencedWrite, WriteFence, guard_transport, sending
 from pykcm.client.resources import Resource
 from pykcm.util.flowcontrol import TokenBucket
 
@@ -28,6 +29,7 @@ PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8
 PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1," + JSON
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, connect=10)
+CONNECTIONS = 256  # per API server
 MAX_THROTTLE_RETRIES = 10  # client-go retries 429s honouring Retry-After up to 10 times
 
 
@@ -49,7 +51,12 @@ class _Transport:
     def session(self) -> aiohttp.ClientSession:
         self._rotate_client_certificate()
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl_context or False, limit=256)
+            fence = self.config.write_fence
+            connector = (
+                FencedConnector(fence, ssl=self._ssl_context or False, limit=CONNECTIONS)
+                if fence is not None
+                else aiohttp.TCPConnector(ssl=self._ssl_context or False, limit=CONNECTIONS)
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
             )
@@ -76,6 +83,22 @@ class _Transport:
             await self._session.close()
             self._session = None
         await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+class FencedConnector(aiohttp.TCPConnector):
+    """Guards every connection it hands out with the write fence (fence.guard_transport): a write
+    is checked when its bytes go to the socket, not some event-loop iterations earlier (aiohttp
+    sends a request body from a task of its own, which a busy loop may start milliseconds later)."""
+
+    def __init__(self, fence: WriteFence, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._fence = fence
+
+    async def connect(self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout) -> Any:
+        conn = await super().connect(req, traces, timeout)
+        if conn.transport is not None:
+            guard_transport(conn.transport, self._fence)
+        return conn
 
 
 def request_url(host: str, path: str) -> str:
@@ -131,21 +154,16 @@ class RestClient:
         for attempt in range(MAX_THROTTLE_RETRIES + 1):
             waited = await self._limiter.wait()
             metrics.rest_client_rate_limiter_duration.labels(method, host).observe(waited)
+            if self.config.write_fence is not None:  # after the limiter's wait, and again at the socket
+                self.config.write_fence.check(method, path)
             start = time.monotonic()
             try:
-                async with self._transport.session().request(
-                    method,
-                    self._transport.url(path),
-                    params=_query(params),
-                    data=data,
-                    headers=self._headers(accept, content_type if data is not None else None),
-                    timeout=timeout,
-                ) as resp:
-                    raw = await resp.read()
-                    code = resp.status
-                    is_json = "json" in resp.content_type
+                with sending(method, path):
+                    raw, code, is_json = await self._send(method, path, params, data, accept, content_type, timeout)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 metrics.rest_client_requests.labels("<error>", method, host).inc()
+                if isinstance(exc.__cause__, FencedWrite):  # refused at the socket, in aiohttp's body writer
+                    raise exc.__cause__ from None
                 raise TransportError(f"{method} {path}: {exc or type(exc).__name__}") from None
             finally:
                 metrics.rest_client_request_duration.labels(method, host).observe(time.monotonic() - start)
@@ -160,6 +178,21 @@ class RestClient:
                 continue
             raise err
         raise AssertionError("unreachable")
+
+    async def _send(
+        self, method: str, path: str, params: dict[str, Any] | None, data: bytes | None, accept: str,
+        content_type: str, timeout: aiohttp.ClientTimeout,
+    ) -> tuple[bytes, int, bool]:
+        """One HTTP exchange: the raw body, the status and whether the body is JSON."""
+        async with self._transport.session().request(
+            method,
+            self._transport.url(path),
+            params=_query(params),
+            data=data,
+            headers=self._headers(accept, content_type if data is not None else None),
+            timeout=timeout,
+        ) as resp:
+            return await resp.read(), resp.status, "json" in resp.content_type
 
     async def watch(self, path: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Yield watch events ({"type", "object"}) until the server ends the stream."""

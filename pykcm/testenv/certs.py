@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -84,6 +85,22 @@ def ensure_pki(directory: Path, extra_ips: Sequence[str] = ()) -> Pki:
     return pki
 
 
+def issue_certificate(
+    pki: Pki, cert_path: Path, key_path: Path, common_name: str, organization: str | None = None,
+    *, server: bool = False,
+) -> None:
+    """A new key and certificate for `common_name` signed by the PKI's CA, as a rotation writes
+    them: each file replaced in one rename, the certificate first. `server`: a serving certificate
+    for the apiserver's names and addresses (APISERVER_DNS_NAMES, APISERVER_IPS)."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    staged_cert, staged_key = cert_path.with_name(cert_path.name + ".new"), key_path.with_name(key_path.name + ".new")
+    _issue(staged_cert, staged_key, ca_cert, ca_key, _name(common_name, organization), server=server)
+    os.replace(staged_cert, cert_path)
+    os.replace(staged_key, key_path)
+
+
 def _ec_key() -> _Key:
     return ec.generate_private_key(ec.SECP256R1())
 
@@ -160,11 +177,8 @@ def _issue(
 
 def issue_client_cert(pki: Pki, stem: str, common_name: str, organization: str | None = None) -> tuple[Path, Path]:
     """A client cert and key signed by the cluster's CA, as `stem`.crt and `stem`.key beside it."""
-    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
-    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     cert, key = pki.ca_cert.with_name(f"{stem}.crt"), pki.ca_cert.with_name(f"{stem}.key")
-    _issue(cert, key, ca_cert, ca_key, _name(common_name, organization), server=False)
+    issue_certificate(pki, cert, key, common_name, organization)
     return cert, key
 
 

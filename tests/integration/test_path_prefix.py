@@ -9,11 +9,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 from pykcm.client.resources import NAMESPACES, PODS, REPLICASETS, SERVICEACCOUNTS
 from pykcm.testenv.controlplane import ControlPlane
-from tests.prefix_proxy import prefix_proxy
+from tests.prefix_proxy import prefix_proxy, proxy_kubeconfig
 from tests.support import (
     CONTROLLER_KUBECONFIG_ENV,
     admin_client,
@@ -26,19 +25,6 @@ from tests.support import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def proxy_kubeconfig(path: Path, server: str) -> Path:
-    """No credentials: the proxy authenticates upstream, as Rancher does for its users."""
-    config = {
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "x",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 async def test_every_request_keeps_the_server_path_prefix(control_plane: ControlPlane, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pykcm.client.config import ClientConfig
 from pykcm.client.discovery import server_preferred_resources
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient, request_url
+from tests.support import loopback_server
 
 
 @pytest.mark.parametrize(
@@ -58,15 +59,8 @@ async def prefixed_server() -> AsyncIterator[tuple[str, list[str]]]:
                 {"name": "configmaps", "namespaced": True, "kind": "ConfigMap", "verbs": ["list"]}]})
         return web.json_response({"kind": "ConfigMapList", "metadata": {"resourceVersion": "1"}, "items": []})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}{PREFIX}", seen
-    await runner.cleanup()
+    async with loopback_server(handle) as url:
+        yield f"{url}{PREFIX}", seen
 
 
 async def test_every_kind_of_request_keeps_the_prefix(prefixed_server: tuple[str, list[str]]) -> None:

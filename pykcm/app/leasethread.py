@@ -1,0 +1,195 @@
+"""Leader election on a thread of its own, with its own event loop and connection, and the fence.
+
+On the main loop, the Lease renewal would share the loop and the connection pool with all other
+traffic: a busy loop (thousands of ready callbacks, a pool full of slow requests) delays it past
+the renew deadline and costs the lease. Here a LeaderElector runs on its own thread and loop with
+its own RestClient (same server, TLS, client-certificate rotation and token source as the main
+client, its own connections), so busy only means slower controllers.
+
+A wedged loop must still lose the lease, or a process doing nothing would keep it: the main loop
+ticks a LoopHeartbeat, and the thread neither acquires nor renews while the last tick is older
+than `heartbeat_bound` (well under the lease duration). A process stalled as a whole (SIGSTOP, a
+frozen VM) is stopped by the WriteFence: once leading, every mutating request of the main client
+first checks that the last renewal was sent less than the lease duration minus a margin ago;
+otherwise it is refused, nothing is sent, and this elector reports the lease lost. A lost lease
+writes nothing more, not even the "stopped leading" Event (a release still records it).
+
+    elector = ThreadedElector(config, "kube-system", "pykcm", identity, le_config, fence, heartbeat)
+    if await elector.acquire(stop):
+        lost = not await elector.renew(stop_renewing)
+        ...
+        await elector.release()
+    await elector.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from pykcm.app import metrics
+from pykcm.app.leaderelection import USER_AGENT_SUFFIX, LeaderElectionConfig, LeaderElector, LeaseLock
+from pykcm.client.config import ClientConfig
+from pykcm.client.events import EventRecorder
+from pykcm.client.fence import WriteFence
+from pykcm.client.rest import RestClient
+from pykcm.util.log import get_logger
+
+log = get_logger("leaderelection")
+
+T = TypeVar("T")
+
+FENCE_MARGIN = 0.2  # of the lease duration, at least 1 s: time for a checked request to reach the apiserver
+
+
+class LoopHeartbeat:
+    """The last time (monotonic) the main event loop ran a periodic callback."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
+
+    def age(self) -> float:
+        return time.monotonic() - self.last
+
+
+def fence_window(config: LeaderElectionConfig) -> float:
+    return config.lease_duration - max(1.0, FENCE_MARGIN * config.lease_duration)
+
+
+def heartbeat_bound(config: LeaderElectionConfig) -> float:
+    """How long the main loop may go without a tick before the lease is no longer renewed."""
+    return min(config.renew_deadline, config.lease_duration) / 2
+
+
+class ThreadedElector:
+    """The LeaderElector's acquire/renew/release/check, run on a daemon thread, awaited from the main loop."""
+
+    def __init__(
+        self,
+        client_config: ClientConfig,
+        namespace: str,
+        name: str,
+        identity: str,
+        config: LeaderElectionConfig,
+        fence: WriteFence,
+        heartbeat: LoopHeartbeat,
+        event_component: str,
+    ) -> None:
+        self.config = config
+        self.identity = identity
+        self._fence = fence
+        self._heartbeat = heartbeat
+        self._fenced = asyncio.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="leader-election", daemon=True)
+        self._thread.start()
+        # Built on the thread: the client's connections and the event sender belong to its loop.
+        lease_config = replace(client_config, write_fence=None)
+        self.elector: LeaderElector = self._run_sync(self._build(lease_config, namespace, name, event_component))
+
+    async def _build(self, client_config: ClientConfig, namespace: str, name: str, component: str) -> LeaderElector:
+        client = RestClient(client_config, USER_AGENT_SUFFIX)
+        lock = LeaseLock(
+            client, namespace, name, self.identity, EventRecorder(client, component),
+            request_timeout=self.config.request_timeout,
+        )
+        return LeaderElector(lock, self.config, may_write=self._loop_stalled, event_on_loss=False)
+
+    def _loop_stalled(self) -> str | None:
+        age, bound = self._heartbeat.age(), heartbeat_bound(self.config)
+        return f"event loop has not run for {age:.1f}s (over {bound:g}s)" if age > bound else None
+
+    # -- the thread -----------------------------------------------------------------------------------
+
+    def _run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    async def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the thread's loop; cancelling the caller cancels it there."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def _with_stop(self, stop: asyncio.Event, run: Callable[[asyncio.Event], Coroutine[Any, Any, bool]]) -> bool:
+        """`run(thread_stop)` on the thread, with `stop` (a main-loop event) mirrored into thread_stop."""
+        thread_stop = await self._call(_new_event())
+        mirror = asyncio.create_task(stop.wait())
+        mirror.add_done_callback(lambda t: t.cancelled() or self._loop.call_soon_threadsafe(thread_stop.set))
+        try:
+            return await self._call(run(thread_stop))
+        finally:
+            mirror.cancel()
+
+    # -- the LeaderElector's API ----------------------------------------------------------------------
+
+    @property
+    def lock(self) -> LeaseLock:
+        return self.elector.lock
+
+    def is_leader(self) -> bool:
+        return self.elector.is_leader()
+
+    def check(self) -> str | None:
+        return self.elector.check()
+
+    async def acquire(self, stop: asyncio.Event) -> bool:
+        """Stand by until leader (True) or `stop` (False); once leading, the fence is armed."""
+        if not await self._with_stop(stop, self.elector.acquire):
+            return False
+        self._fenced.clear()
+        self._fence.arm(lambda: self.elector.renew_sent, fence_window(self.config), self._refused)
+        return True
+
+    async def renew(self, stop: asyncio.Event) -> bool:
+        """Renew until `stop` (True), or until the renewal fails or the fence refused a write (False)."""
+        renewing = asyncio.ensure_future(self._with_stop(stop, self.elector.renew))
+        fenced = asyncio.create_task(self._fenced.wait())
+        try:
+            await asyncio.wait({renewing, fenced}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            fenced.cancel()
+        if not self._fenced.is_set():
+            renewed = bool(await renewing)
+            if not renewed:
+                self._fence.shut("leader election lost")
+            return renewed
+        renewing.cancel()
+        await asyncio.gather(renewing, return_exceptions=True)
+        metrics.leader_election_master_status.labels(self.elector.name).set(0)
+        return False
+
+    def _refused(self, request: str, reason: str) -> None:
+        """Called by the fence on the main loop, for the first refused write and any after it."""
+        self._fence.shut(reason)
+        if not self._fenced.is_set():
+            log.error(None, "Refused a write: stepping down", lease=self.lock.describe(), write=request, reason=reason)
+            self._fenced.set()
+
+    async def release(self) -> bool:
+        self._fence.shut("leader lease released")
+        return await self._call(self.elector.release())
+
+    async def close(self) -> None:
+        """Flush the LeaderElection events, close the Lease client and stop the thread."""
+        if not self._loop.is_closed():
+            with contextlib.suppress(Exception):
+                await self._call(self._close_on_thread())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            await asyncio.to_thread(self._thread.join, 10)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    async def _close_on_thread(self) -> None:
+        if self.lock.events is not None:
+            await self.lock.events.close()
+        await self.lock.client.close()
+
+
+async def _new_event() -> asyncio.Event:
+    return asyncio.Event()

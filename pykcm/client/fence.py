@@ -1,0 +1,125 @@
+"""Fenced writes: a leader refuses to mutate anything once its Lease may have expired.
+
+Leader election alone cannot stop a leader that stalls past its lease (a GC pause, SIGSTOP, a
+frozen VM) from writing when it resumes, before its renew loop notices: a standby may lead by
+then. The fence closes that window. Every mutating request checks that the last successful Lease
+renewal was *sent* less than `window` seconds ago on this process's monotonic clock, after the
+rate limiter and again in the same synchronous step that hands its first bytes to the
+connection's transport, which passes them to the kernel before returning. A freeze lands before
+that check (the request is refused on waking) or after the bytes left (the apiserver reads them
+while this process is frozen); only the microseconds between the check and the socket's send()
+remain. A standby starts its own countdown only after it has seen that renewal, so a request
+that passes the check reaches the apiserver before any standby can lead, provided it arrives
+within the margin between `window` and the lease duration. A refused write raises FencedWrite
+and tells the owner (who steps down); nothing is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+
+from pykcm.client.errors import TransportError
+
+MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Reviews are answered, not stored: serving /metrics may ask for them whatever the lease says.
+UNFENCED_PREFIXES = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
+
+
+# The request the current task is sending, (method, API path): read by guarded transports, whose
+# writes run in the sending task or in a task it started (aiohttp's body writer), which inherits it.
+_SENDING: ContextVar[tuple[str, str] | None] = ContextVar("pykcm_sending", default=None)
+
+
+@contextlib.contextmanager
+def sending(method: str, path: str) -> Iterator[None]:
+    """Name the request this task sends while the block runs, for guard_transport()."""
+    token = _SENDING.set((method, path))
+    try:
+        yield
+    finally:
+        _SENDING.reset(token)
+
+
+class FencedWrite(TransportError):
+    """A write refused before it was sent because the lease may have expired."""
+
+
+class WriteFence:
+    """Open (every request passes) until armed with the time of the last renewal a leader sent;
+    shut (every write refused) once the lease is lost or released."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._renew_sent: Callable[[], float] | None = None
+        self._window = 0.0
+        self._on_refuse: Callable[[str, str], None] = lambda _request, _reason: None
+        self._shut = ""  # once set, every write is refused with this reason
+
+    @property
+    def armed(self) -> bool:
+        return self._renew_sent is not None
+
+    def arm(self, renew_sent: Callable[[], float], window: float, on_refuse: Callable[[str, str], None]) -> None:
+        """Fence from now on: `renew_sent()` is the monotonic time the last successful renewal was sent;
+        `on_refuse(request, reason)` hears of each refused write ("POST /api/v1/...")."""
+        self._renew_sent, self._window, self._on_refuse = renew_sent, window, on_refuse
+
+    def shut(self, reason: str) -> None:
+        """Refuse every write from now on (the lease was lost or released)."""
+        self._shut = reason
+
+    def reason_to_refuse(self) -> str | None:
+        if self._shut:
+            return self._shut
+        if self._renew_sent is None:
+            return None
+        age = self._clock() - self._renew_sent()
+        if age < self._window:
+            return None
+        return f"lease last renewed {age:.1f}s ago, past the {self._window:g}s write window"
+
+    def check(self, method: str, path: str) -> None:
+        """Raise FencedWrite (and report it) if this request must not be sent."""
+        if method not in MUTATING_METHODS or path.startswith(UNFENCED_PREFIXES):
+            return
+        reason = self.reason_to_refuse()
+        if reason is None:
+            return
+        self._on_refuse(f"{method} {path}", reason)
+        raise FencedWrite(f"{method} {path}: refused, {reason}")
+
+    def check_sending(self) -> None:
+        """check() the request the current task is sending, if it named one (see sending())."""
+        request = _SENDING.get()
+        if request is not None:
+            self.check(*request)
+
+
+def guard_transport(transport: asyncio.WriteTransport, fence: WriteFence) -> None:
+    """Make `transport` check the fence for the request being sent before it takes any bytes.
+
+    The check and the hand-over are one synchronous step: asyncio's socket and TLS transports
+    call send() on the socket before write() returns (unless the kernel buffer is full), so no
+    other code of this process runs in between and a refused request leaves nothing half sent.
+    Idempotent: a pooled connection is guarded once.
+    """
+    if getattr(transport, "_pykcm_fence", None) is fence:
+        return
+    write, writelines = transport.write, transport.writelines
+
+    def checked_write(data: bytes | bytearray | memoryview) -> None:
+        fence.check_sending()
+        write(data)
+
+    def checked_writelines(list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        fence.check_sending()
+        writelines(list_of_data)
+
+    # Instance attributes shadow the class's methods for this transport only.
+    transport.write = checked_write  # type: ignore[method-assign]
+    transport.writelines = checked_writelines  # type: ignore[method-assign]
+    transport._pykcm_fence = fence  # type: ignore[attr-defined]
