@@ -14,6 +14,8 @@ import pytest
 from pykcm.client.rest import RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
+from pykcm.testenv.errors import ControlPlaneError
+from pykcm.testenv.realnode import check_prerequisites
 from pykcm.util.log import KlogFormatter
 from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials, run_managers_as
 from tests.support import admin_client
@@ -111,4 +113,19 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest
         mode = os.environ.get(CREDENTIALS_ENV, "admin")
         if mode != "admin":
             run_managers_as(install_deploy_credentials(plane, mode), mode)
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def cluster_with_real_node(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[ControlPlane]:
+    """A cluster with one real node (containerd, runc, CNI, kubelet, kube-proxy) beside KCM's
+    other controllers and kube-scheduler. Skips, naming what is missing, without root or one
+    of the Debian packages; only one real node runs on a machine at a time."""
+    try:
+        check_prerequisites()
+    except ControlPlaneError as err:
+        pytest.skip(str(err))
+    with running(tmp_path_factory.mktemp("realnode"), log=_terminal_log(pytestconfig), real_node=True) as plane:
         yield plane

@@ -230,11 +230,15 @@ def testenv_start(
     directory: Annotated[Path, typer.Option("--dir", help="Directory for state, certificates, logs and kubeconfig.")],
     kcm_controllers: Annotated[str | None, typer.Option(help="Also start the real kube-controller-manager with --controllers=LIST.")] = None,
     nodes: Annotated[int, typer.Option(min=0, help="Simulated nodes (kwok), with kube-scheduler and kube-controller-manager running every controller pykcm does not; 0 for a bare apiserver.")] = 0,
+    real_node: Annotated[bool, typer.Option("--real-node", help="Also a real node (containerd, runc, CNI, kubelet, kube-proxy; root and Debian packages needed); the apiserver then listens on the node's address 10.200.0.1.")] = False,
 ) -> None:
-    """Start etcd and kube-apiserver on 127.0.0.1 (and with --nodes a whole cluster); returns once it is ready."""
+    """Start etcd and kube-apiserver on 127.0.0.1 (and with --nodes or --real-node a whole cluster); returns once it is ready."""
     from pykcm.testenv.cluster import start
 
-    plane = start(directory, kcm_controllers=kcm_controllers, nodes=nodes, log=lambda msg: typer.echo(msg, err=True))
+    def progress(msg: str) -> None:
+        typer.echo(msg, err=True)
+
+    plane = start(directory, kcm_controllers=kcm_controllers, nodes=nodes, real_node=real_node, log=progress)
     typer.echo(str(plane.kubeconfig))
 
 

@@ -2,14 +2,14 @@
 
 `KUBEBUILDER_ASSETS` (the envtest convention) wins for what it holds; everything else is built
 from the Go module shipped in `gomod/` (one `go build` for all that is missing, so they share
-compiled packages) into a user-cache directory named by the module's content hash. The core
+compiled packages) into a user-cache directory per Kubernetes version, where each binary is kept
+while its wrapper and the modules it links are unchanged (see buildcache.py). The core
 (kube-apiserver, etcd, kube-controller-manager, kubectl) is built on first use; kube-scheduler
-only once a cluster with nodes is asked for.
+only once a cluster with nodes is asked for; kubelet and kube-proxy only for a real node.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .buildcache import adopt_legacy, is_current, selected_modules, wrapper_hash, write_stamp
 from .errors import BuildError
 from .gobuild import cache_dir, find_go, format_duration, is_executable, locked, run_go
 
@@ -25,6 +26,8 @@ KUBERNETES_VERSION = "v1.36.3"
 GOMOD_DIR = Path(__file__).parent / "gomod"
 APISERVER, KCM, ETCD, KUBECTL = "kube-apiserver", "kube-controller-manager", "etcd", "kubectl"
 SCHEDULER = "kube-scheduler"
+KUBELET, KUBE_PROXY = "kubelet", "kube-proxy"
+NODE = (KUBELET, KUBE_PROXY)
 CORE = (APISERVER, KCM, ETCD, KUBECTL)
 LDFLAGS = " ".join(
     [
@@ -94,33 +97,35 @@ def cache_root() -> Path:
     return cache_dir() / "controlplane"
 
 
-def _source_files() -> list[Path]:
-    files = [GOMOD_DIR / "go.mod", GOMOD_DIR / "go.sum", *GOMOD_DIR.glob("*/*.go")]
-    return sorted(files)
-
-
-def source_hash() -> str:
-    digest = hashlib.sha256()
-    for path in _source_files():
-        digest.update(path.relative_to(GOMOD_DIR).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()[:12]
-
-
 def _ensure_built(components: tuple[str, ...], log: Callable[[str], None]) -> Path:
-    """The cache directory holding at least `components`, building what it lacks."""
-    target = cache_root() / f"{KUBERNETES_VERSION}-{source_hash()}"
+    """The cache directory holding current builds of at least `components`, building what it lacks."""
+    target = cache_root() / KUBERNETES_VERSION
     if not _missing(target, components):
         return target
     with locked(target.with_name(target.name + ".lock")):
         # Another process may have built some of them while we waited for the lock.
-        if missing := _missing(target, components):
+        if missing := _missing(target, components, adopt=True):
             _build(target, missing, log)
     return target
 
 
-def _missing(directory: Path, components: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(name for name in components if not is_executable(directory / name))
+def ensure_node_binaries(log: Callable[[str], None] = print) -> tuple[Path, Path]:
+    """kubelet and kube-proxy of a real node, built from the control plane's Go module."""
+    built = _ensure_built(NODE, log)
+    return built / KUBELET, built / KUBE_PROXY
+
+
+def _missing(directory: Path, components: tuple[str, ...], adopt: bool = False) -> tuple[str, ...]:
+    selection = selected_modules((GOMOD_DIR / "go.mod").read_text())
+    missing = []
+    for name in components:
+        wrapper = wrapper_hash(GOMOD_DIR, name)
+        if is_current(directory / name, wrapper, selection):
+            continue
+        if adopt and adopt_legacy(directory, name, wrapper, selection):
+            continue
+        missing.append(name)
+    return tuple(missing)
 
 
 def _build(target: Path, components: tuple[str, ...], log: Callable[[str], None]) -> None:
@@ -139,8 +144,9 @@ def _build(target: Path, components: tuple[str, ...], log: Callable[[str], None]
         shutil.copytree(GOMOD_DIR, src)
         argv = [go, "build", "-v", "-trimpath", "-o", f"{out}/", "-ldflags", LDFLAGS, *(f"./{c}" for c in components)]
         run_go(argv, what=names, cwd=src, log_path=log_path, log=log, env={"GOFLAGS": "-mod=mod"})
-        if missing := _missing(out, components):
+        if missing := [name for name in components if not is_executable(out / name)]:
             raise BuildError(f"go build finished without producing {', '.join(missing)}; see {log_path}")
         for name in components:
             os.replace(out / name, target / name)
+            write_stamp(target / name, wrapper_hash(GOMOD_DIR, name))
     log(f"built {names} {KUBERNETES_VERSION} in {format_duration(time.monotonic() - started)} -> {target}")

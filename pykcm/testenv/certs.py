@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -62,9 +63,9 @@ class Pki:
         return all(getattr(self, f.name).exists() for f in fields(self))
 
 
-def ensure_pki(directory: Path) -> Pki:
+def ensure_pki(directory: Path, extra_ips: Sequence[str] = ()) -> Pki:
     """Generate the PKI under `directory` unless a complete one is already there (kept across
-    restarts so existing kubeconfigs stay valid)."""
+    restarts so existing kubeconfigs stay valid); the apiserver's cert also names `extra_ips`."""
     pki = Pki.at(directory)
     if pki.exists():
         return pki
@@ -72,7 +73,8 @@ def ensure_pki(directory: Path) -> Pki:
     ca_key = _ec_key()
     ca_cert = _ca_cert(ca_key)
     _write_pair(pki.ca_cert, pki.ca_key, ca_cert, ca_key)
-    _issue(pki.apiserver_cert, pki.apiserver_key, ca_cert, ca_key, _name("kube-apiserver"), server=True)
+    _issue(pki.apiserver_cert, pki.apiserver_key, ca_cert, ca_key, _name("kube-apiserver"), server=True,
+           ips=(*APISERVER_IPS, *extra_ips))
     _issue(pki.admin_cert, pki.admin_key, ca_cert, ca_key, _name("pykcm-admin", "system:masters"), server=False)
     _issue(pki.kcm_cert, pki.kcm_key, ca_cert, ca_key, _name("system:kube-controller-manager"), server=False)
     _issue(pki.scheduler_cert, pki.scheduler_key, ca_cert, ca_key, _name("system:kube-scheduler"), server=False)
@@ -139,6 +141,7 @@ def _issue(
     subject: x509.Name,
     *,
     server: bool,
+    ips: Sequence[str] = APISERVER_IPS,
 ) -> None:
     key = _ec_key()
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
@@ -150,9 +153,19 @@ def _issue(
     )
     if server:
         sans: list[x509.GeneralName] = [x509.DNSName(n) for n in APISERVER_DNS_NAMES]
-        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in APISERVER_IPS]
+        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in dict.fromkeys(ips)]
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     _write_pair(cert_path, key_path, builder.sign(ca_key, hashes.SHA256()), key)
+
+
+def issue_client_cert(pki: Pki, stem: str, common_name: str, organization: str | None = None) -> tuple[Path, Path]:
+    """A client cert and key signed by the cluster's CA, as `stem`.crt and `stem`.key beside it."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    cert, key = pki.ca_cert.with_name(f"{stem}.crt"), pki.ca_cert.with_name(f"{stem}.key")
+    _issue(cert, key, ca_cert, ca_key, _name(common_name, organization), server=False)
+    return cert, key
 
 
 def _write_pair(cert_path: Path, key_path: Path, cert: x509.Certificate, key: _Key) -> None:

@@ -12,11 +12,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import realnode
 from .build import KUBERNETES_VERSION, ensure_binaries
+from .certs import Pki
 from .controlplane import ControlPlane, Log
 from .errors import ControlPlaneError
-from .nodes import KCM_CONTROLLERS, check_node_count, start_simulated_nodes
-from .processes import STOP_TIMEOUT, free_port
+from .nodes import KCM_CONTROLLERS, check_node_count, start_node_services, start_simulated_nodes
+from .processes import LOOPBACK, STOP_TIMEOUT, free_port
 
 
 def start(
@@ -26,6 +28,7 @@ def start(
     log: Log = print,
     apiserver_args: Sequence[str] = (),
     nodes: int = 0,
+    real_node: bool = False,
 ) -> ControlPlane:
     """Start etcd and kube-apiserver (and kube-controller-manager when `kcm_controllers` is
     given) with state in `directory`; return once the apiserver is ready. `apiserver_args` are
@@ -33,24 +36,42 @@ def start(
 
     `nodes` > 0 makes it a cluster with nodes: the real kube-controller-manager running every
     controller pykcm does not (KCM_CONTROLLERS, unless `kcm_controllers` says otherwise),
-    kube-scheduler, and that many simulated nodes played by kwok."""
+    kube-scheduler, and that many simulated nodes played by kwok.
+
+    `real_node` adds a real node beside them (containerd, kubelet, kube-proxy; root only, see
+    realnode.py); the apiserver then binds that node's address instead of 127.0.0.1."""
     check_node_count(nodes)
-    directory = Path(directory)
+    if real_node:
+        realnode.check_prerequisites()
+    directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     _refuse_if_running(directory)
-    binaries = ensure_binaries(need_kcm=bool(kcm_controllers or nodes), need_scheduler=nodes > 0, log=log)
+    with_nodes = nodes > 0 or real_node
+    binaries = ensure_binaries(need_kcm=bool(kcm_controllers or with_nodes), need_scheduler=with_nodes, log=log)
+    node_binaries = realnode.ensure_binaries(log) if real_node else None
     ports = {"etcd_client": free_port(), "etcd_peer": free_port(), "apiserver": free_port()}
-    plane = ControlPlane(directory, binaries, ports, log=log, apiserver_args=apiserver_args)
+    host, extra_args = (LOOPBACK, ())
+    if real_node:
+        host, extra_args = realnode.NODE_IP, realnode.apiserver_args(Pki.at(directory / "pki"))
+    plane = ControlPlane(directory, binaries, ports, log=log, apiserver_args=(*extra_args, *apiserver_args), host=host)
     started = time.monotonic()
     try:
-        plane.boot(None if nodes else kcm_controllers, kcm_args)
+        if real_node:
+            realnode.prepare_host(directory, log)
+        plane.boot(None if with_nodes else kcm_controllers, kcm_args)
+        if with_nodes:
+            start_node_services(plane, kcm_controllers or KCM_CONTROLLERS, kcm_args)
         if nodes:
             start_simulated_nodes(plane, nodes, kcm_controllers or KCM_CONTROLLERS, kcm_args, log)
+        if node_binaries:
+            realnode.start_node(plane, node_binaries, log)
     except BaseException:
-        plane.stop(timeout=5.0)
+        _stop_cluster(plane, timeout=5.0)
         raise
     plane._save()
     what = f"local cluster with {nodes} nodes" if nodes else "local control plane"
+    if real_node:
+        what = f"local cluster with {nodes} simulated nodes and a real node"
     log(f"{what} {KUBERNETES_VERSION} ready at {plane.apiserver_url} in {time.monotonic() - started:.1f}s")
     return plane
 
@@ -69,7 +90,13 @@ def _refuse_if_running(directory: Path) -> None:
 def stop(directory: Path, timeout: float = STOP_TIMEOUT) -> None:
     """Stop the control plane recorded in `directory`; only PIDs whose start time still
     matches are signalled, so calling it twice (or after a reboot) is harmless."""
-    ControlPlane.from_state(Path(directory)).stop(timeout)
+    _stop_cluster(ControlPlane.from_state(Path(directory).resolve()), timeout)
+
+
+def _stop_cluster(plane: ControlPlane, timeout: float = STOP_TIMEOUT) -> None:
+    """The real node first (its teardown needs containerd and iptables in order), then the rest."""
+    realnode.teardown(plane, plane._log)
+    plane.stop(timeout)
 
 
 @contextlib.contextmanager
@@ -87,6 +114,6 @@ def running(directory: Path | None = None, **kwargs: Any) -> Iterator[ControlPla
         owned = False
         raise
     finally:
-        plane.stop()
+        _stop_cluster(plane)
         if owned:
             shutil.rmtree(path, ignore_errors=True)

@@ -59,8 +59,11 @@ class ControlPlane:
         processes: dict[str, ManagedProcess] | None = None,
         log: Log = print,
         apiserver_args: Sequence[str] = (),
+        host: str = LOOPBACK,
     ) -> None:
         self.directory = directory.resolve()
+        # The apiserver's address: loopback, or the real node's address that pods can route to.
+        self.host = host
         self.binaries = binaries
         self.ports = ports
         self.processes: dict[str, ManagedProcess] = processes or {}
@@ -75,7 +78,7 @@ class ControlPlane:
 
     @property
     def apiserver_url(self) -> str:
-        return f"https://{LOOPBACK}:{self.ports['apiserver']}"
+        return f"https://{self.host}:{self.ports['apiserver']}"
 
     @property
     def etcd_url(self) -> str:
@@ -112,7 +115,10 @@ class ControlPlane:
             raise ControlPlaneError(f"unreadable control plane state {path}: {exc}") from None
         binaries = Binaries(**{k: Path(v) if v else None for k, v in state["binaries"].items()})
         processes = {n: ManagedProcess.from_json(n, p) for n, p in state["processes"].items()}
-        return cls(directory, binaries, state["ports"], processes, log, state.get("apiserver_args", ()))
+        return cls(
+            directory, binaries, state["ports"], processes, log, state.get("apiserver_args", ()),
+            state.get("host", LOOPBACK),
+        )
 
     def _save(self, running: bool = True) -> None:
         state = {
@@ -122,6 +128,7 @@ class ControlPlane:
             "etcd_url": self.etcd_url,
             "kubeconfig": str(self.kubeconfig),
             "ports": self.ports,
+            "host": self.host,
             "apiserver_args": self.apiserver_args,
             "binaries": {k: str(v) if v else None for k, v in vars(self.binaries).items()},
             "processes": {n: p.to_json() for n, p in self.processes.items()},
@@ -192,8 +199,8 @@ class ControlPlane:
             str(self.binaries.apiserver),
             f"--etcd-servers={self.etcd_url}",
             f"--secure-port={self.ports['apiserver']}",
-            f"--bind-address={LOOPBACK}",
-            f"--advertise-address={LOOPBACK}",
+            f"--bind-address={self.host}",
+            f"--advertise-address={self.host}",
             f"--tls-cert-file={pki.apiserver_cert}",
             f"--tls-private-key-file={pki.apiserver_key}",
             f"--client-ca-file={pki.ca_cert}",
@@ -208,14 +215,20 @@ class ControlPlane:
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
             f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
-            "--authorization-mode=RBAC",
+            *self._default_authorization_mode(),
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--allow-privileged=true",
             # The `kubernetes` Endpoints may not point at a loopback address; the reconciler would
             # only log that validation error every 10 s.
-            "--endpoint-reconciler-type=none",
+            *(["--endpoint-reconciler-type=none"] if self.host == LOOPBACK else []),
             *self.apiserver_args,
         ]
+
+    def _default_authorization_mode(self) -> list[str]:
+        # A list flag: a mode list in apiserver_args would add to this one, so it replaces it.
+        if any(arg.startswith("--authorization-mode") for arg in self.apiserver_args):
+            return []
+        return ["--authorization-mode=RBAC"]
 
     def start_apiserver(self) -> None:
         if (proc := self.processes.get(APISERVER)) and proc.alive():
@@ -348,7 +361,7 @@ class ControlPlane:
     def boot(self, kcm_controllers: str | None = None, kcm_args: Sequence[str] = ()) -> None:
         """Start etcd and the apiserver (and a KCM running `kcm_controllers`), re-picking ports that
         another process took first."""
-        ensure_pki(self.pki.ca_cert.parent)
+        ensure_pki(self.pki.ca_cert.parent, extra_ips=(self.host,))
         retry_on_port_clash(self._start_etcd, lambda: self._repick("etcd_client", "etcd_peer"))
         retry_on_port_clash(self._start_apiserver_fresh, lambda: self._repick("apiserver"))
         if kcm_controllers:

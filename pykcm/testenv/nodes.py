@@ -39,13 +39,19 @@ def start_simulated_nodes(
 ) -> None:
     """Start KCM, the scheduler and kwok on `plane`, then create `count` nodes and wait until
     they are Ready (KCM's node-lifecycle controller then lifts the not-ready taint)."""
-    if not plane.kcm_processes():
-        plane.start_kcm(kcm_controllers, kcm_args)
-    start_scheduler(plane)
+    start_node_services(plane, kcm_controllers, kcm_args)
     kwok = start_kwok(plane.kubeconfig, plane.directory, log=log)
     plane.adopt(kwok)
     asyncio.run(create_nodes(plane.kubeconfig, count, kwok=kwok))
     log(f"{count} simulated nodes Ready (kwok); kube-scheduler and kube-controller-manager running")
+
+
+def start_node_services(plane: ControlPlane, kcm_controllers: str, kcm_args: Sequence[str]) -> None:
+    """What every cluster with nodes runs: KCM (once) and the scheduler."""
+    if not plane.kcm_processes():
+        plane.start_kcm(kcm_controllers, kcm_args)
+    if SCHEDULER not in plane.processes:
+        start_scheduler(plane)
 
 
 def start_scheduler(plane: ControlPlane) -> None:
