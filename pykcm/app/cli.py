@@ -250,6 +250,25 @@ def testenv_stop(directory: Annotated[Path, typer.Option("--dir", help="Director
     stop(directory)
 
 
+@testenv_app.command("image")
+def testenv_image(
+    checkout: Annotated[Path, typer.Option(help="The pykcm checkout whose Dockerfile is built.")] = Path("."),
+    save: Annotated[Path | None, typer.Option(help="Also save the image to this tarball (`docker load`, `ctr -n k8s.io images import`).")] = None,
+    docker_dir: Annotated[Path | None, typer.Option(help="Directory of the private Docker engine (images, sockets, logs); default: under the pykcm cache.")] = None,
+) -> None:
+    """Build pykcm's container image with a private Docker engine on a local Debian base (needs root, docker.io, debootstrap); print its name and size."""
+    from pykcm.testenv import image
+
+    def progress(message: str) -> None:
+        typer.echo(message, err=True)
+
+    with image.built(checkout.resolve(), log=progress, directory=docker_dir) as (engine, built):
+        progress(f"layers, newest first:\n{image.layer_table(built)}")
+        if save is not None:
+            image.save(engine, built.name, save, log=progress)
+    typer.echo(f"{built.name}\t{built.size / 1e6:.1f} MB")
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Failures the user can act on: printed as one line, exit 1, no traceback."""
     from pykcm.app.manager import ManagerError

@@ -15,18 +15,15 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import BuildError
-
-Log = Callable[[str], None]
+from .progress import Log, format_duration, run_with_progress
 
 GO_MINIMUM = (1, 26)
-PROGRESS_EVERY = 10.0  # seconds between progress lines
 
 
 def cache_dir() -> Path:
@@ -91,41 +88,18 @@ def run_go(
     Go prints a line per module downloaded and, with -v, per package compiled: those are counted
     into a progress line every PROGRESS_EVERY seconds, so a first build is visibly moving.
     """
-    started = time.monotonic()
     counts = {"downloaded": 0, "compiled": 0}
-    full_env = {**os.environ, **(env or {})}
-    with open(log_path, "w") as log_file:
-        log_file.write(" ".join(argv) + "\n")
-        log_file.flush()
-        proc = subprocess.Popen(
-            list(argv), cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        reader = threading.Thread(target=_count_lines, args=(proc, log_file, counts), daemon=True)
-        reader.start()
-        while True:
-            try:
-                proc.wait(timeout=PROGRESS_EVERY)
-                break
-            except subprocess.TimeoutExpired:
-                log(
-                    f"  {what}: {counts['downloaded']} modules downloaded, {counts['compiled']} packages "
-                    f"compiled, {format_duration(time.monotonic() - started)} elapsed (log: {log_path})"
-                )
-        reader.join()
-    if proc.returncode != 0:
-        raise BuildError(
-            f"building {what} failed (exit {proc.returncode}): {_last_line(log_path)}; full output in {log_path}"
-        )
 
-
-def _count_lines(proc: subprocess.Popen[str], log_file: object, counts: dict[str, int]) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        log_file.write(line)  # type: ignore[attr-defined]
+    def count(line: str) -> None:
         if line.startswith("go: downloading "):
             counts["downloaded"] += 1
         elif line and not line.startswith(("go: ", "#", " ")):
             counts["compiled"] += 1
+
+    run_with_progress(
+        argv, what=what, action=f"building {what}", cwd=cwd, log_path=log_path, log=log, env=env, on_line=count,
+        status=lambda: f"{counts['downloaded']} modules downloaded, {counts['compiled']} packages compiled",
+    )
 
 
 def ensure_go_install(
@@ -181,13 +155,3 @@ def ensure_go_install(
             os.replace(out, target)
         log(f"built {name} {version} in {format_duration(time.monotonic() - started)} -> {target / name}")
     return target / name
-
-
-def _last_line(path: Path) -> str:
-    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    return lines[-1] if lines else "no output"
-
-
-def format_duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"

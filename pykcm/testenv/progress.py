@@ -1,0 +1,78 @@
+"""Run one long dev-tooling command (a Go build, debootstrap, `docker build`) with its output in a
+log file and a progress line every PROGRESS_EVERY seconds, so a cold first run is visibly moving."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from .errors import BuildError
+
+Log = Callable[[str], None]
+
+PROGRESS_EVERY = 10.0  # seconds between progress lines
+
+
+def run_with_progress(
+    argv: Sequence[str],
+    *,
+    what: str,
+    log_path: Path,
+    log: Log,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+    status: Callable[[], str] | None = None,
+    action: str | None = None,
+) -> None:
+    """Run `argv` to completion, every output line into `log_path` (and to `on_line`, which may
+    count them); every PROGRESS_EVERY seconds log `status()` and the elapsed time. A non-zero
+    exit raises BuildError naming `action` (default `what`) and the command's last output line."""
+    started = time.monotonic()
+    full_env = {**os.environ, **(env or {})}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log_file:
+        log_file.write(" ".join(argv) + "\n")
+        log_file.flush()
+        proc = subprocess.Popen(
+            list(argv), cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, errors="replace",
+        )
+        reader = threading.Thread(target=_copy_lines, args=(proc, log_file, on_line), daemon=True)
+        reader.start()
+        while True:
+            try:
+                proc.wait(timeout=PROGRESS_EVERY)
+                break
+            except subprocess.TimeoutExpired:
+                done = f"{status()}, " if status else ""
+                log(f"  {what}: {done}{format_duration(time.monotonic() - started)} elapsed (log: {log_path})")
+        reader.join()
+    if proc.returncode != 0:
+        raise BuildError(
+            f"{action or what} failed (exit {proc.returncode}): {last_line(log_path)}; full output in {log_path}"
+        )
+
+
+def _copy_lines(proc: subprocess.Popen[str], log_file: IO[str], on_line: Callable[[str], None] | None) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        log_file.write(line)
+        log_file.flush()
+        if on_line is not None:
+            on_line(line)
+
+
+def last_line(path: Path) -> str:
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def format_duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
