@@ -93,7 +93,7 @@ def built_image(testenv_log: Callable[[str], None], tmp_path_factory: pytest.Tem
 
 @pytest.fixture(scope="module")
 def control_plane_node(
-    cluster_with_real_node: ControlPlane, built_image: NodeImage, kubectl: Path, testenv_log: Callable[[str], None]
+    built_image: NodeImage, cluster_with_real_node: ControlPlane, kubectl: Path, testenv_log: Callable[[str], None]
 ) -> Iterator[ControlPlane]:
     """The real node as a control-plane node (deploy/'s nodeSelector), holding the image."""
     started = time.monotonic()
