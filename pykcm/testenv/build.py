@@ -109,7 +109,7 @@ def _ensure_built(components: tuple[str, ...], log: Callable[[str], None]) -> Pa
     return target
 
 
-def ensure_node_binaries(log: Callable[[str], None] = print) -> tuple[Path, Path]:
+def ensure_kubelet_and_proxy(log: Callable[[str], None] = print) -> tuple[Path, Path]:
     """kubelet and kube-proxy of a real node, built from the control plane's Go module."""
     built = _ensure_built(NODE, log)
     return built / KUBELET, built / KUBE_PROXY

@@ -48,7 +48,7 @@ def start(
     _refuse_if_running(directory)
     with_nodes = nodes > 0 or real_node
     binaries = ensure_binaries(need_kcm=bool(kcm_controllers or with_nodes), need_scheduler=with_nodes, log=log)
-    node_binaries = realnode.ensure_binaries(log) if real_node else None
+    node_binaries = realnode.ensure_node_binaries(log) if real_node else None
     ports = {"etcd_client": free_port(), "etcd_peer": free_port(), "apiserver": free_port()}
     host, extra_args = (LOOPBACK, ())
     if real_node:

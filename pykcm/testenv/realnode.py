@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from . import hostnet
-from .build import ensure_node_binaries
+from .build import ensure_kubelet_and_proxy
 from .certs import Pki, issue_client_cert, kubeconfig
 from .errors import ControlPlaneError
 from .gobuild import Log, ensure_go_install, is_executable
@@ -117,10 +117,10 @@ class NodeBinaries:
     kube_proxy: Path
 
 
-def ensure_binaries(log: Log) -> NodeBinaries:
+def ensure_node_binaries(log: Log) -> NodeBinaries:
     """runc (Debian's 1.1.5 fails every sandbox here) and kubelet + kube-proxy, built once."""
     runc = ensure_go_install(RUNC_PACKAGE, RUNC_VERSION, log=log, cgo=True, tags=("seccomp",))
-    kubelet, kube_proxy = ensure_node_binaries(log)
+    kubelet, kube_proxy = ensure_kubelet_and_proxy(log)
     return NodeBinaries(runc, kubelet, kube_proxy)
 
 
@@ -396,6 +396,8 @@ def teardown(plane: ControlPlane, log: Log) -> None:
     mounts = hostnet.unmount_all(node_dir(plane), RUNTIME_DIR)
     for stale in (KUBELET_ROOT, RUNTIME_DIR / "state"):  # the next node starts afresh
         shutil.rmtree(stale, ignore_errors=True)
+    for leftover in (socket, socket.with_name(socket.name + ".ttrpc")):  # containerd leaves them
+        leftover.unlink(missing_ok=True)
     links = hostnet.remove_interfaces(POD_CIDR)
     chains = [c for family in (4, 6) for c in hostnet.remove_chains(family, state["chains"][str(family)])]
     hostnet.restore_ip_forward(state["ip_forward"])

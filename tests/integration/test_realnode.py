@@ -13,6 +13,7 @@ import re
 import ssl
 import subprocess
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ async def test_stop_leaves_no_process_mount_interface_or_iptables_rule(tmp_path:
 
 
 @pytest.fixture
-async def node_client(cluster_with_real_node: ControlPlane) -> Any:
+async def node_client(cluster_with_real_node: ControlPlane) -> AsyncIterator[RestClient]:
     api = admin_client(cluster_with_real_node.kubeconfig)
     yield api
     await api.close()
