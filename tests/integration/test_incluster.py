@@ -10,7 +10,11 @@ not share the node (host network, host port 10357). So the overlay adds the same
 renamed `pykcm-standby`, serving on 10358: the same image, ServiceAccount, flags (components
 included), security context and probes, made by the same DaemonSet controller, which is what a
 second control-plane node would run. Deleting the leader pod, whichever of the two it is, then
-shows the other take the Lease, timed against deploy/'s lease duration + retry period.
+shows the other take the Lease, timed against deploy/'s lease duration + retry period (the
+deleted pod releases the Lease on SIGTERM). A crash releases nothing, so the test then SIGKILLs
+the new leader's process on the host: the Lease must expire first, and a standby notices a
+renewal up to one jittered retry (retry x 2.2) late and retries as late again, so that bound is
+lease duration + 2 x 2.2 x retry period.
 """
 
 from __future__ import annotations
@@ -165,13 +169,18 @@ def identity_of(log: str) -> str | None:
     return match[1] if match else None
 
 
+def node_ctr(*args: str) -> str:
+    """`ctr` against the real node's containerd, in the kubelet's namespace."""
+    socket = realnode.RUNTIME_DIR / "containerd.sock"
+    return subprocess.run(["ctr", f"--address={socket}", "-n", "k8s.io", *args],
+                          capture_output=True, text=True, check=True).stdout
+
+
 def container_pid(pod: dict[str, Any]) -> int:
     """The host PID of the pod's container, from the node's containerd."""
     container_id = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    socket = realnode.RUNTIME_DIR / "containerd.sock"
-    tasks = subprocess.run(["ctr", f"--address={socket}", "-n", "k8s.io", "tasks", "ls"],
-                           capture_output=True, text=True, check=True).stdout
-    pids = [int(line.split()[1]) for line in tasks.splitlines()[1:] if line.split()[0] == container_id]
+    tasks = node_ctr("tasks", "ls").splitlines()[1:]
+    pids = [int(line.split()[1]) for line in tasks if line.split()[0] == container_id]
     assert pids, f"no task for container {container_id}"
     return pids[0]
 
@@ -369,11 +378,9 @@ async def uninstall(
         return not pods
 
     await wait_for(pods_gone, timeout=120, interval=0.5, message="pykcm's pods gone")
-    socket = realnode.RUNTIME_DIR / "containerd.sock"
 
     async def containers_gone() -> bool:
-        listed = subprocess.run(["ctr", f"--address={socket}", "-n", "k8s.io", "containers", "ls", "-q"],
-                                capture_output=True, text=True, check=True).stdout.split()
+        listed = node_ctr("containers", "ls", "-q").split()
         return not {f"containerd://{c}" for c in listed} & containers
 
     await wait_for(containers_gone, timeout=120, interval=0.5, message="pykcm's containers removed by the kubelet")
