@@ -30,19 +30,36 @@ RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRo
 MODES = {"deploy": (), "deploy-sa-credentials": ("service-account-credentials",)}
 
 
+def write_overlay(
+    directory: Path, deploy_dir: Path, components: tuple[str, ...] = (), *,
+    resources: tuple[str, ...] = (), images: tuple[dict, ...] = (),
+) -> Path:
+    """A user's overlay of deploy/ in `directory` (deploy/ copied to base/), with components,
+    extra resources (files in `directory`) and kustomize `images:` entries; for kubectl
+    kustomize, apply -k and delete -k."""
+    if not (directory / "base").exists():
+        shutil.copytree(deploy_dir, directory / "base")
+    overlay: dict = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": ["base", *resources],
+        "components": [f"base/{c}" for c in components],
+    }
+    if images:
+        overlay["images"] = list(images)
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    return directory
+
+
+def kustomize(kubectl: Path, directory: Path) -> list[dict]:
+    out = subprocess.run([kubectl, "kustomize", directory], capture_output=True, text=True, check=True).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
 def render_deploy(kubectl: Path, deploy_dir: Path, components: tuple[str, ...]) -> list[dict]:
     """deploy/ with components, rendered by the real kubectl's kustomize, as a user's overlay."""
     with tempfile.TemporaryDirectory() as tmp:
-        shutil.copytree(deploy_dir, Path(tmp) / "base")
-        overlay = {
-            "apiVersion": "kustomize.config.k8s.io/v1beta1",
-            "kind": "Kustomization",
-            "resources": ["base"],
-            "components": [f"base/{c}" for c in components],
-        }
-        (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
-        out = subprocess.run([kubectl, "kustomize", tmp], capture_output=True, text=True, check=True).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
+        return kustomize(kubectl, write_overlay(Path(tmp), deploy_dir, components))
 
 
 def install_deploy_credentials(plane: ControlPlane, mode: str) -> Path:

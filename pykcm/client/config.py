@@ -15,6 +15,9 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from pykcm.client.fence import WriteFence
+from pykcm.util.log import get_logger
+
+log = get_logger("client-config")
 
 
 class ConfigError(Exception):
@@ -59,6 +62,7 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
             "/var/run/secrets/kubernetes.io/serviceaccount/token"
         ):
             k8s_config.load_incluster_config(client_configuration=cfg)
+            log.info("Using the in-cluster configuration (the pod's service account token)", host=cfg.host)
         elif master:
             cfg.host = master
         else:

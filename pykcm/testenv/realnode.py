@@ -176,7 +176,7 @@ def start_node(plane: ControlPlane, binaries: NodeBinaries, log: Log) -> None:
         CONTAINERD, ["/usr/bin/containerd", f"--config={config}"], lambda: _ctr_ok(socket), START_TIMEOUT
     )
     for archive in write_node_images(root / "images"):
-        hostnet.run(["ctr", f"--address={socket}", "-n", "k8s.io", "images", "import", str(archive)])
+        import_image(archive)
     kubelet_kubeconfig = _client_kubeconfig(plane, KUBELET, f"system:node:{NODE_NAME}", "system:nodes")
     proxy_kubeconfig = _client_kubeconfig(plane, KUBE_PROXY, "system:kube-proxy")
     healthz = free_port()
@@ -188,6 +188,12 @@ def start_node(plane: ControlPlane, binaries: NodeBinaries, log: Log) -> None:
                           START_TIMEOUT, port)
     _wait_node_ready(plane, plane.processes[KUBELET])
     log(f"real node {NODE_NAME} Ready (containerd, kubelet, kube-proxy) in {time.monotonic() - started:.1f}s")
+
+
+def import_image(archive: Path) -> None:
+    """Import a docker-archive tarball into the node's containerd, where the kubelet's pods find it."""
+    socket = RUNTIME_DIR / "containerd.sock"
+    hostnet.run(["ctr", f"--address={socket}", "-n", "k8s.io", "images", "import", str(archive)])
 
 
 def _ctr_ok(socket: Path) -> bool:

@@ -17,7 +17,7 @@ import yaml
 
 from pykcm.testenv.build import ensure_binaries
 from pykcm.testenv.cluster import running
-from tests.deploy_credentials import CREDENTIALS_ENV, DEPLOY_DIR_ENV, render_deploy
+from tests.deploy_credentials import CREDENTIALS_ENV, DEPLOY_DIR_ENV, render_deploy, write_overlay
 from tests.support import CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,15 +36,14 @@ def kubectl() -> Path:
 
 def overlay(tmp_path: Path, components: tuple[str, ...]) -> Path:
     """deploy/ plus components as a directory, for `kubectl apply -k`."""
-    shutil.copytree(DEPLOY, tmp_path / "base")
-    spec = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": ["base"],
-        "components": [f"base/{c}" for c in components],
-    }
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(spec))
-    return tmp_path
+    return write_overlay(tmp_path, DEPLOY, components)
+
+
+def test_service_account_credentials_component_passes_its_flag_to_the_daemonset(kubectl):
+    """The component narrows pykcm's own ClusterRole, so without the flag every write fails."""
+    for obj in render_deploy(kubectl, DEPLOY, ("service-account-credentials",)):
+        if obj["kind"] == "DaemonSet":
+            assert "--use-service-account-credentials=true" in obj["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 @pytest.mark.parametrize("components", [(), ("service-account-credentials",), COMPONENTS])
