@@ -211,7 +211,7 @@ class ControlPlane:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={pki.front_proxy_cert}",
             f"--proxy-client-key-file={pki.front_proxy_key}",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            *self._default_issuer(),
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
             f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
@@ -223,6 +223,12 @@ class ControlPlane:
             *(["--endpoint-reconciler-type=none"] if self.host == LOOPBACK else []),
             *self.apiserver_args,
         ]
+
+    def _default_issuer(self) -> list[str]:
+        # A list flag too (the first signs, all are accepted): one in apiserver_args replaces this.
+        if any(arg.startswith("--service-account-issuer") for arg in self.apiserver_args):
+            return []
+        return [f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"]
 
     def _default_authorization_mode(self) -> list[str]:
         # A list flag: a mode list in apiserver_args would add to this one, so it replaces it.

@@ -47,12 +47,17 @@ def layer_tar(files: Mapping[str, bytes], links: Mapping[str, str] | None = None
     return out.getvalue()
 
 
-def write_docker_archive(path: Path, name: str, layer: bytes, command: Sequence[str]) -> None:
+def write_docker_archive(
+    path: Path, name: str, layer: bytes, command: Sequence[str], entrypoint: Sequence[str] = ()
+) -> None:
     """A docker-archive (`docker save` format) of one image `name` with one layer."""
+    image_config = {"Cmd": list(command), "Env": ["PATH=/bin"], "WorkingDir": "/"}
+    if entrypoint:
+        image_config["Entrypoint"] = list(entrypoint)
     config = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {"Cmd": list(command), "Env": ["PATH=/bin"], "WorkingDir": "/"},
+        "config": image_config,
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{_sha256(layer)}"]},
         "history": [{"created_by": "pykcm testenv images.py"}],
     }

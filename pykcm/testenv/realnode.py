@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 NODE_NAME = "pykcm-real-node"
 NODE_IP = "10.200.0.1"  # outside the Service range (10.0.0.0/24) and kwok's fake pod IPs (10.240.0.0/12)
 POD_CIDR = "10.200.1.0/24"
+SERVICE_ACCOUNT_ISSUER = "https://10.0.0.1"  # the `kubernetes` Service's ClusterIP, port 443
 RUNTIME_DIR = Path("/run/pykcm-realnode")  # short: a unix socket path has at most 107 bytes
 OWNER_FILE = RUNTIME_DIR / "owner"
 KUBELET_ROOT = RUNTIME_DIR / "kubelet"
@@ -76,6 +77,10 @@ def apiserver_args(pki: Pki) -> tuple[str, ...]:
         "--kubelet-preferred-address-types=InternalIP",
         f"--kubelet-client-certificate={pki.admin_cert}",
         f"--kubelet-client-key={pki.admin_key}",
+        # Pods have no DNS: an issuer they reach by address (the `kubernetes` Service, in the
+        # serving certificate) lets them fetch its OIDC discovery document and keys.
+        f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+        f"--service-account-jwks-uri={SERVICE_ACCOUNT_ISSUER}/openid/v1/jwks",
     )
 
 
@@ -175,8 +180,7 @@ def start_node(plane: ControlPlane, binaries: NodeBinaries, log: Log) -> None:
     plane.start_component(
         CONTAINERD, ["/usr/bin/containerd", f"--config={config}"], lambda: _ctr_ok(socket), START_TIMEOUT
     )
-    for archive in write_node_images(root / "images"):
-        import_image(archive)
+    import_images(write_node_images(root / "images"))
     kubelet_kubeconfig = _client_kubeconfig(plane, KUBELET, f"system:node:{NODE_NAME}", "system:nodes")
     proxy_kubeconfig = _client_kubeconfig(plane, KUBE_PROXY, "system:kube-proxy")
     healthz = free_port()
@@ -194,6 +198,11 @@ def import_image(archive: Path) -> None:
     """Import a docker-archive tarball into the node's containerd, where the kubelet's pods find it."""
     socket = RUNTIME_DIR / "containerd.sock"
     hostnet.run(["ctr", f"--address={socket}", "-n", "k8s.io", "images", "import", str(archive)])
+
+
+def import_images(archives: list[Path]) -> None:
+    for archive in archives:
+        import_image(archive)
 
 
 def _ctr_ok(socket: Path) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pykcm.testenv.build import GOMOD_DIR, KUBERNETES_VERSION
 from pykcm.testenv.e2e import E2E_GOMOD_DIR, e2e_argv, go_regex_escape, parse_junit
-from tests.e2e.upstream import GROUPS, NOT_RUN, RUN, focus_regex, skip_regex
+from tests.e2e.upstream import GROUPS, NOT_RUN, ON_REAL_NODE, RUN, TOKEN_ROTATION, exactly, focus_regex, skip_regex
 
 README = Path(__file__).parents[2] / "README.md"
 
@@ -44,11 +44,17 @@ def test_go_regex_escape_leaves_spaces_alone() -> None:
 
 
 def test_the_selection_covers_the_four_groups_once() -> None:
-    assert not set(RUN) & set(NOT_RUN)
-    assert all(any(name.startswith(group) for group in GROUPS) for name in (*RUN, *NOT_RUN))
+    assert not set(RUN) & set(NOT_RUN) and not set(RUN) & set(ON_REAL_NODE) and not set(NOT_RUN) & set(ON_REAL_NODE)
+    assert all(any(name.startswith(group) for group in GROUPS) for name in (*RUN, *NOT_RUN, *ON_REAL_NODE))
     focus, skip = re.compile(focus_regex()), re.compile(skip_regex())
     assert all(focus.search(name) and not skip.search(name) for name in RUN)
-    assert all(skip.search(name) for name in NOT_RUN)
+    assert all(skip.search(name) for name in (*NOT_RUN, *ON_REAL_NODE))
+
+
+def test_the_real_node_focus_selects_exactly_its_tests() -> None:
+    focus = re.compile(exactly(sorted(ON_REAL_NODE)))
+    assert [name for name in (*RUN, *NOT_RUN, *ON_REAL_NODE) if focus.search(name)] == list(ON_REAL_NODE)
+    assert TOKEN_ROTATION in ON_REAL_NODE
 
 
 def test_the_command_line_stays_on_the_cluster(tmp_path: Path) -> None:
@@ -69,7 +75,7 @@ def test_junit_report_gives_each_spec_its_status_time_and_first_message_line(tmp
     }
 
 
-def test_readme_lists_every_upstream_test_that_is_not_run() -> None:
+def test_readme_lists_every_upstream_test_that_is_not_run_or_runs_on_the_real_node() -> None:
     text = README.read_text()
-    missing = [name for name in NOT_RUN if name not in text]
+    missing = [name for name in (*NOT_RUN, *ON_REAL_NODE) if name not in text]
     assert missing == []

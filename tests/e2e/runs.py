@@ -1,0 +1,115 @@
+"""One e2e.test run on a fresh local cluster, with KCM alone or with pykcm as deployed, and how
+two such runs are compared: the helpers of test_upstream.py (kwok nodes) and
+test_upstream_containers.py (the real node).
+
+- KCM: the real kube-controller-manager runs every controller (kubeadm's set);
+- pykcm: KCM runs every controller but pykcm's three, and `pykcm run` runs those as deployed:
+  with deploy/'s ServiceAccount and RBAC, each controller as its own ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pykcm.testenv.cluster import running
+from pykcm.testenv.controlplane import ControlPlane
+from pykcm.testenv.e2e import E2ERun, run_e2e
+from pykcm.testenv.nodes import PYKCM_CONTROLLERS
+from tests.deploy_credentials import install_deploy_credentials
+from tests.support import CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV, PykcmProcess
+
+ALL_KCM_CONTROLLERS = "*,bootstrap-signer-controller,token-cleaner-controller"  # kubeadm's value
+
+Log = Callable[[str], None]
+# The in-process managers of later tests read these; the runs here must leave them as they were
+# (a run once left them pointing at its stopped cluster, and every integration test after it failed).
+SESSION_ENV = (CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV)
+ENV_BEFORE = {name: os.environ.get(name) for name in SESSION_ENV}
+
+
+def session_env() -> dict[str, str | None]:
+    return {name: os.environ.get(name) for name in SESSION_ENV}
+
+
+def run_on_cluster(
+    binary: Path, directory: Path, log: Log, *, pykcm: bool, focus: str, skip: str, timeout: float,
+    prepare: Callable[[ControlPlane], None] | None = None, **cluster: Any,
+) -> E2ERun:
+    """Start a cluster (`cluster` are `running`'s arguments), call `prepare` on it, start pykcm
+    if asked, and run e2e.test with `focus` and `skip` on it."""
+    controllers = {} if pykcm else {"kcm_controllers": ALL_KCM_CONTROLLERS}
+    with running(directory / "cluster", log=log, **controllers, **cluster) as plane:
+        if prepare is not None:
+            prepare(plane)
+        manager = None
+        if pykcm:
+            manager = PykcmProcess("--kubeconfig", str(_deploy_credentials(plane)), "--use-service-account-credentials",
+                                   log_path=directory / "pykcm.log")
+            _wait_for_caches(manager)
+        try:
+            return run_e2e(binary, plane.kubeconfig, directory / "report", focus=focus, skip=skip,
+                           timeout=timeout, kubectl=plane.binaries.kubectl, log=log)
+        finally:
+            if manager is not None:
+                _stop(manager)
+
+
+def _deploy_credentials(plane: ControlPlane) -> Path:
+    """pykcm as deployed: deploy/'s ServiceAccount and RBAC, each controller as its own
+    ServiceAccount (the KCM of these clusters runs with --use-service-account-credentials too).
+    Only this run's pykcm gets the kubeconfig: the tests after this module must not inherit it."""
+    return install_deploy_credentials(plane, "deploy-sa-credentials")
+
+
+def _wait_for_caches(manager: PykcmProcess, timeout: float = 60.0) -> None:
+    """Until each of pykcm's controllers has synced its informers (each starts on its own)."""
+    synced = [f'"Caches are synced" controller="{name}"' for name in PYKCM_CONTROLLERS]
+    deadline = time.monotonic() + timeout
+    while not all(line in manager.log() for line in synced):
+        if manager.proc.poll() is not None or time.monotonic() > deadline:
+            manager.kill()
+            raise AssertionError(f"pykcm did not sync its caches:\n{manager.log()[-3000:]}")
+        time.sleep(0.2)
+
+
+def _stop(manager: PykcmProcess) -> None:
+    """Stop pykcm; fail if it had died during the run (its results would not be pykcm's)."""
+    died = manager.proc.poll()
+    manager.signal()
+    try:
+        manager.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        manager.kill()
+    assert died is None, f"pykcm exited with {died} during the e2e run:\n{manager.log()[-3000:]}"
+
+
+def assert_ran_exactly(run: E2ERun, selected: Sequence[str], excluded: Sequence[str] = ()) -> None:
+    """Every selected test ran (none skipped, none missing: a renamed upstream test shows here),
+    and none of `excluded` did."""
+    assert run.junit_path.exists(), f"no JUnit report; see {run.log_path}"
+    ran = {name for name, result in run.results.items() if result.status != "skipped"}
+    assert sorted(ran) == sorted(selected), f"see {run.log_path}"
+    assert not set(excluded) & ran
+
+
+def assert_pykcm_passes_what_kcm_passes(kcm: E2ERun, pykcm: E2ERun) -> None:
+    regressions = sorted(kcm.with_status("passed") - pykcm.with_status("passed"))
+    details = [f"{name}: {pykcm.results[name].message}" for name in regressions]
+    assert regressions == [], "passed for KCM, not for pykcm:\n" + "\n".join(details) + f"\n(see {pykcm.log_path})"
+
+
+def side_by_side(kcm: E2ERun, pykcm: E2ERun, names: Sequence[str]) -> str:
+    rows = [("test", "KCM", "pykcm", "KCM s", "pykcm s")]
+    for name in names:
+        k, p = kcm.results.get(name), pykcm.results.get(name)
+        rows.append((name, k.status if k else "-", p.status if p else "-",
+                     f"{k.seconds:.0f}" if k else "", f"{p.seconds:.0f}" if p else ""))
+    rows.append((f"e2e.test wall time (exit {kcm.exit_code} / {pykcm.exit_code})", "", "",
+                 f"{kcm.seconds:.0f}", f"{pykcm.seconds:.0f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return "\n" + "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
