@@ -26,6 +26,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if INTEGRATION_DIR in item.path.parents:
             item.add_marker(pytest.mark.integration)
+    # One real node runs per machine, and the session's (cluster_with_real_node) lives until the
+    # end: a test that needs a real node of its own goes first, before any test can start that one.
+    items.sort(key=lambda item: item.get_closest_marker("own_real_node") is None)
 
 
 @pytest.hookimpl(trylast=True)

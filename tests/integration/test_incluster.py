@@ -19,6 +19,7 @@ lease duration + 2 x 2.2 x retry period.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -225,8 +226,10 @@ async def test_deploy_runs_pykcm_on_the_real_node_and_deletes_cleanly(
         testenv_log(f"DURATION [{mode}] apply -k -> both pods Ready: {format_duration(time.monotonic() - started)}")
         assert_hardened_as_deploy_says(pod, daemonset, built_image)
         logs = {p["metadata"]["name"]: pod_log(kubectl, plane, p) for p in (pod, standby_pod)}
-        assert_in_cluster_config(pod, logs[pod["metadata"]["name"]], mode)
+        assert_in_cluster_config(pod, logs[pod["metadata"]["name"]])
         leader, standby = await the_one_leader(client, kubectl, plane, [pod, standby_pod])
+        if mode == "service-account-credentials":
+            await controllers_run_as_their_accounts(kubectl, plane, leader)
         await user_deployment_gets_ready_pods(client, testenv_log, mode)
         await leader_pod_deletion_hands_over(client, kubectl, plane, daemonset, leader, standby, testenv_log, mode)
     finally:
@@ -248,15 +251,22 @@ def assert_hardened_as_deploy_says(pod: dict[str, Any], daemonset: dict[str, Any
     assert " run " in view["cmdline"] and "--kubeconfig" not in view["cmdline"], view
 
 
-def assert_in_cluster_config(pod: dict[str, Any], log: str, mode: str) -> None:
+def assert_in_cluster_config(pod: dict[str, Any], log: str) -> None:
     """No kubeconfig anywhere: pykcm took the projected token the kubelet mounted."""
     mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
     assert "Using the in-cluster configuration" in log, log[-2000:]
     assert "Traceback" not in log, log[-4000:]
-    if mode == "service-account-credentials":
-        for account in CONTROLLER_ACCOUNTS:
-            assert f'serviceAccount="kube-system/{account}"' in log, log[-2000:]
+
+
+async def controllers_run_as_their_accounts(kubectl: Path, plane: ControlPlane, leader: dict[str, Any]) -> None:
+    """Only the leader starts controllers, and with the component each runs as its own account.
+    (Either replica may win the Lease: the DaemonSet's pod or the standby.)"""
+    async def named_every_account() -> bool:
+        log = await asyncio.to_thread(pod_log, kubectl, plane, leader)
+        return all(f'serviceAccount="kube-system/{account}"' in log for account in CONTROLLER_ACCOUNTS)
+
+    await wait_for(named_every_account, timeout=60, interval=0.5, message="the leader's per-controller accounts")
 
 
 async def the_one_leader(

@@ -2,8 +2,9 @@
 control plane's module. Pods run real containers, reach the apiserver through the `kubernetes`
 Service and mount projected service-account tokens; `stop` leaves nothing on the host.
 
-Only one real node runs on a machine at a time: the first test starts and stops its own before
-the others share the session's `cluster_with_real_node`.
+Only one real node runs on a machine at a time: the stop test starts and stops its own, and its
+marker `own_real_node` runs it first in the session (tests/conftest.py), before any test starts
+the session's `cluster_with_real_node`.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def require_prerequisites() -> None:
         pytest.skip(str(err))
 
 
+@pytest.mark.own_real_node
 async def test_stop_leaves_no_process_mount_interface_or_iptables_rule(tmp_path: Path) -> None:
     require_prerequisites()
     before = host_snapshot(tmp_path)
