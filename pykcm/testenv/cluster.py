@@ -46,6 +46,8 @@ def start(
     directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     _refuse_if_running(directory)
+    if real_node:
+        _remove_abandoned_real_node(log)
     with_nodes = nodes > 0 or real_node
     binaries = ensure_binaries(need_kcm=bool(kcm_controllers or with_nodes), need_scheduler=with_nodes, log=log)
     node_binaries = realnode.ensure_node_binaries(log) if real_node else None
@@ -85,6 +87,23 @@ def _refuse_if_running(directory: Path) -> None:
     if alive:
         names = ", ".join(f"{p.name} (pid {p.pid})" for p in alive)
         raise ControlPlaneError(f"a control plane is already running in {directory}: {names}; stop it first")
+
+
+def _remove_abandoned_real_node(log: Log) -> None:
+    """A cluster whose processes were killed without a teardown (SIGKILL, a restarted machine or
+    container) still holds the machine's real node: its claim, mounts, interfaces and iptables
+    rules. Tear that down when none of its processes runs; a running one keeps its claim."""
+    owner = realnode.claimant()
+    if owner is None:
+        return
+    try:
+        previous = ControlPlane.from_state(owner, log)
+    except ControlPlaneError:
+        return
+    if any(p.alive() for p in previous.processes.values()):
+        return
+    log(f"removing the real node left by the cluster in {owner}: none of its processes is running")
+    _stop_cluster(previous, timeout=5.0)
 
 
 def stop(directory: Path, timeout: float = STOP_TIMEOUT) -> None:

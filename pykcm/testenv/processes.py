@@ -204,6 +204,41 @@ def stop_all(processes: Sequence[ManagedProcess], timeout: float = STOP_TIMEOUT)
             proc.wait(5.0)
 
 
+def process_trees(is_root: Callable[[list[bytes]], bool]) -> set[int]:
+    """The PIDs of every process whose argv `is_root` accepts, and of all their descendants."""
+    children: dict[int, list[int]] = {}
+    roots = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(proc.name))
+        if is_root(argv):
+            roots.append(int(proc.name))
+    found: set[int] = set()
+    while roots:
+        pid = roots.pop()
+        if pid not in found:
+            found.add(pid)
+            roots.extend(children.get(pid, ()))
+    return found
+
+
+def kill_trees(is_root: Callable[[list[bytes]], bool]) -> int:
+    """SIGKILL the process_trees of `is_root`; returns how many were signalled. For daemons that
+    left our sessions (containerd's shims) and what they parent (pods' containers): both outlive
+    a starter that was killed."""
+    doomed = process_trees(is_root)
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(doomed)
+
+
 def retry_on_port_clash(start: Callable[[], _T], repick: Callable[[], None]) -> _T:
     for attempt in range(_PORT_ATTEMPTS):
         try:

@@ -11,11 +11,9 @@ kube-proxy's chains are host-wide. `teardown` removes everything again.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,7 @@ from .certs import Pki, issue_client_cert, kubeconfig
 from .errors import ControlPlaneError
 from .gobuild import Log, ensure_go_install, is_executable
 from .images import BUSYBOX, BUSYBOX_PACKAGE, PAUSE_IMAGE, write_node_images
-from .processes import LOOPBACK, ManagedProcess, free_port, http_get, unverified_context, write_private_file
+from .processes import LOOPBACK, ManagedProcess, free_port, http_get, kill_trees, unverified_context, write_private_file
 
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
@@ -146,13 +144,19 @@ def prepare_host(directory: Path, log: Log) -> None:
     log(f"real node: address {NODE_IP} on {hostnet.DUMMY_INTERFACE}, pods in {POD_CIDR}")
 
 
-def _claim(directory: Path) -> None:
-    RUNTIME_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+def claimant() -> Path | None:
+    """The directory of the cluster whose real node this machine holds, if any."""
     try:
         owner = Path(OWNER_FILE.read_text().strip())
     except FileNotFoundError:
-        owner = None
-    if owner is not None and owner != directory and (owner / STATE_FILE).exists():
+        return None
+    return owner if (owner / STATE_FILE).exists() else None
+
+
+def _claim(directory: Path) -> None:
+    RUNTIME_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    owner = claimant()
+    if owner is not None and owner != directory:
         raise ControlPlaneError(
             f"a real node of the cluster in {owner} is using this machine; "
             f"stop it first (pykcm testenv stop --dir {owner})"
@@ -396,7 +400,7 @@ def teardown(plane: ControlPlane, log: Log) -> None:
     if kubelet := plane.processes.get(KUBELET):
         kubelet.stop()
     containers = _remove_containers(socket) if (c := plane.processes.get(CONTAINERD)) and c.alive() else 0
-    _kill_shims(socket)
+    _kill_shims()
     for name in (CONTAINERD, KUBE_PROXY):
         if proc := plane.processes.get(name):
             proc.stop()
@@ -436,15 +440,11 @@ def _remove_containers(socket: Path) -> int:
     return len(containers)
 
 
-def _kill_shims(socket: Path) -> None:
-    """Shims outlive containerd by design; kill any left that serve this node's containerd."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(socket).encode() in argv:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(proc.name), signal.SIGKILL)
+def is_shim(argv: list[bytes]) -> bool:
+    return argv[0].endswith(b"containerd-shim-runc-v2") and str(RUNTIME_DIR / "containerd.sock").encode() in argv
+
+
+def _kill_shims() -> int:
+    """Shims outlive containerd by design, and pods' processes outlive a killed shim: kill any
+    shim serving this node's containerd, with the processes it parents."""
+    return kill_trees(is_shim)

@@ -335,25 +335,31 @@ async def leader_pod_deletion_hands_over(
     leader: dict[str, Any], standby: dict[str, Any], log: Callable[[str], None], mode: str,
 ) -> None:
     lease_duration, retry_period = lease_timing(daemonset)
-    successor = identity_of(pod_log(kubectl, plane, standby))
+    deposed = identity_of(pod_log(kubectl, plane, leader))
     started = time.monotonic()
     run_kubectl(kubectl, plane, "delete", "pod", "-n", "kube-system", leader["metadata"]["name"], "--wait=false")
 
-    async def taken_over() -> bool:
-        return (await client.get(LEASES, "pykcm", "kube-system"))["spec"].get("holderIdentity") == successor
+    # The leader releases the Lease on SIGTERM; the standby and the DaemonSet's replacement pod race
+    # for it, and either winning is a hand-over.
+    async def taken_over() -> str | None:
+        holder = (await client.get(LEASES, "pykcm", "kube-system"))["spec"].get("holderIdentity")
+        return holder if holder not in (None, "", deposed) else None
 
-    await wait_for(taken_over, timeout=lease_duration + 4 * retry_period, interval=0.1,
-                   message=f"{standby['metadata']['name']} to take the Lease")
+    successor = await wait_for(taken_over, timeout=lease_duration + 4 * retry_period, interval=0.1,
+                               message="another replica to take the Lease")
     takeover = time.monotonic() - started
+    name = leader["metadata"]["labels"][NAME_LABEL]
+    recreated = await one_ready_pod(client, name)  # the DaemonSet controller's new pod
+    replicas = {identity_of(pod_log(kubectl, plane, p)): p for p in (standby, recreated)}
+    assert successor in replicas, (successor, list(replicas))
     log(f"DURATION [{mode}] leader pod deleted -> the other replica leads: {format_duration(takeover)} "
-        f"(bound: lease duration {lease_duration:g}s + retry period {retry_period:g}s)")
+        f"(bound: lease duration {lease_duration:g}s + retry period {retry_period:g}s); new holder "
+        f"{'the standby' if replicas[successor] is standby else 'the recreated pod'}")
     assert takeover <= lease_duration + retry_period
     # A crash releases nothing: kill the new leader's process on the host; the Lease must expire first.
-    # The standby notices a renewal up to one jittered retry late and tries again a jittered retry later.
-    name = leader["metadata"]["labels"][NAME_LABEL]
-    recreated = await one_ready_pod(client, name)  # the DaemonSet controller's new pod, standing by
-    new_standby = identity_of(pod_log(kubectl, plane, recreated))
-    new_leader = await client.get(PODS, standby["metadata"]["name"], "kube-system")
+    # The other replica notices a renewal up to one jittered retry late and tries again a jittered retry later.
+    other = next(identity for identity in replicas if identity != successor)
+    new_leader = await client.get(PODS, replicas[successor]["metadata"]["name"], "kube-system")
     started = time.monotonic()
     subprocess.run(["kill", "-KILL", str(container_pid(new_leader))], check=True)
 
@@ -366,7 +372,7 @@ async def leader_pod_deletion_hands_over(
     holder = (await client.get(LEASES, "pykcm", "kube-system"))["spec"]["holderIdentity"]
     log(f"DURATION [{mode}] leader process killed -> a standby leads: {format_duration(crash)} "
         f"(lease duration {lease_duration:g}s; bound with jittered retries {bound:g}s); new holder "
-        f"{'the recreated pod' if holder == new_standby else 'the restarted container'}")
+        f"{'the other replica' if holder == other else 'the restarted container'}")
     assert lease_duration - retry_period * (1 + LEADER_ELECTION_JITTER) <= crash <= bound
 
 

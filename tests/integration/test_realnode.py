@@ -23,10 +23,11 @@ import pytest
 from pykcm.client.resources import NODES, PODS, REPLICASETS
 from pykcm.client.rest import RestClient
 from pykcm.testenv import realnode
-from pykcm.testenv.cluster import running
+from pykcm.testenv.cluster import running, start
 from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.errors import ControlPlaneError
 from pykcm.testenv.images import BUSYBOX_IMAGE
+from pykcm.testenv.processes import process_trees
 from tests.support import admin_client, create_namespace, replicaset_manifest, running_manager, wait_for
 
 pytestmark = [pytest.mark.realnode, pytest.mark.kcm]
@@ -125,6 +126,34 @@ async def test_stop_leaves_no_process_mount_interface_or_iptables_rule(tmp_path:
         # The snapshot sees what the node adds: its interfaces, chains, mounts and processes.
         assert during["links"] - before["links"] and during["iptables"] - before["iptables"]
         assert during["mounts"] and during["processes"]
+    after = host_snapshot(tmp_path)
+    for kind in before:
+        assert after[kind] - before[kind] == set(), f"{kind} left behind"
+
+
+@pytest.mark.own_real_node
+async def test_the_next_start_removes_a_real_node_whose_cluster_was_killed(tmp_path: Path) -> None:
+    """A job killed with its cluster (SIGKILL, a restarted container) leaves the real node's claim,
+    mounts, interfaces, rules, shims and pods behind; the next start must not refuse for ever."""
+    require_prerequisites()
+    before = host_snapshot(tmp_path)
+    killed = start(tmp_path / "killed", real_node=True)
+    client = admin_client(killed.kubeconfig)
+    try:
+        namespace = await create_namespace(client, "killed")
+        await client.create(PODS, busybox_pod("orphan"), namespace=namespace)
+        await ready_pod(client, namespace, "orphan")
+    finally:
+        await client.close()
+    for proc in killed.processes.values():
+        proc.kill()
+        proc.wait(5.0)
+    orphans = process_trees(realnode.is_shim)
+    assert len(orphans) >= 2, "the shims and the pod's processes outlive their cluster"
+    logs: list[str] = []
+    with running(tmp_path / "next", real_node=True, log=logs.append):
+        assert any(f"removing the real node left by the cluster in {tmp_path / 'killed'}" in line for line in logs)
+        assert not orphans & process_trees(realnode.is_shim)
     after = host_snapshot(tmp_path)
     for kind in before:
         assert after[kind] - before[kind] == set(), f"{kind} left behind"
