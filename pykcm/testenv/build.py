@@ -5,7 +5,8 @@ from the Go module shipped in `gomod/` (one `go build` for all that is missing, 
 compiled packages) into a user-cache directory per Kubernetes version, where each binary is kept
 while its wrapper and the modules it links are unchanged (see buildcache.py). The core
 (kube-apiserver, etcd, kube-controller-manager, kubectl) is built on first use; kube-scheduler
-only once a cluster with nodes is asked for; kubelet and kube-proxy only for a real node.
+only once a cluster with nodes is asked for; kubelet and kube-proxy only for a real node; kubeadm
+only for the kind node image (kindimage.py), which takes all of them.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ GOMOD_DIR = Path(__file__).parent / "gomod"
 APISERVER, KCM, ETCD, KUBECTL = "kube-apiserver", "kube-controller-manager", "etcd", "kubectl"
 SCHEDULER = "kube-scheduler"
 KUBELET, KUBE_PROXY = "kubelet", "kube-proxy"
+KUBEADM = "kubeadm"
 NODE = (KUBELET, KUBE_PROXY)
 CORE = (APISERVER, KCM, ETCD, KUBECTL)
+EVERY = (*CORE, SCHEDULER, *NODE, KUBEADM)
 LDFLAGS = " ".join(
     [
         "-s -w",
@@ -113,6 +116,14 @@ def ensure_kubelet_and_proxy(log: Callable[[str], None] = print) -> tuple[Path, 
     """kubelet and kube-proxy of a real node, built from the control plane's Go module."""
     built = _ensure_built(NODE, log)
     return built / KUBELET, built / KUBE_PROXY
+
+
+def ensure_components(components: tuple[str, ...], log: Callable[[str], None] = print) -> dict[str, Path]:
+    """Any of the module's binaries (names from EVERY) by name, building what is missing in one go."""
+    if unknown := set(components) - set(EVERY):
+        raise BuildError(f"no wrapper in {GOMOD_DIR} for {', '.join(sorted(unknown))}")
+    built = _ensure_built(components, log)
+    return {name: built / name for name in components}
 
 
 def _missing(directory: Path, components: tuple[str, ...], adopt: bool = False) -> tuple[str, ...]:
