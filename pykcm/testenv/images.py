@@ -31,7 +31,8 @@ def layer_tar(files: Mapping[str, bytes], links: Mapping[str, str] | None = None
     links = links or {}
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        parents = {str(Path(p).parent) for p in (*files, *links)} - {"."}
+        # Every ancestor gets an entry of its own: an importer need not create missing parents.
+        parents = {str(a) for p in (*files, *links, *dirs) for a in Path(p).parents} - {"."}
         for directory in sorted(parents | set(dirs)):
             info = tarfile.TarInfo(directory)
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o1777 if directory == "tmp" else 0o755, _MTIME
@@ -48,10 +49,15 @@ def layer_tar(files: Mapping[str, bytes], links: Mapping[str, str] | None = None
 
 
 def write_docker_archive(
-    path: Path, name: str, layer: bytes, command: Sequence[str], entrypoint: Sequence[str] = ()
+    path: Path,
+    name: str,
+    layer: bytes,
+    command: Sequence[str],
+    entrypoint: Sequence[str] = (),
+    env: Sequence[str] = ("PATH=/bin",),
 ) -> None:
     """A docker-archive (`docker save` format) of one image `name` with one layer."""
-    image_config = {"Cmd": list(command), "Env": ["PATH=/bin"], "WorkingDir": "/"}
+    image_config = {"Cmd": list(command), "Env": list(env), "WorkingDir": "/"}
     if entrypoint:
         image_config["Entrypoint"] = list(entrypoint)
     config = {
@@ -90,3 +96,13 @@ def write_node_images(directory: Path, busybox: Path = BUSYBOX) -> list[Path]:
     write_docker_archive(pause, PAUSE_IMAGE, layer, ["/bin/sleep", "2147483647"])
     write_docker_archive(tools, BUSYBOX_IMAGE, layer, ["/bin/sh"])
     return [pause, tools]
+
+
+def is_static(path: Path) -> bool:
+    """An ELF file without an interpreter (PT_INTERP): it runs in an image holding nothing else."""
+    data = path.read_bytes()[:4096]
+    if data[:4] != b"\x7fELF" or data[4] != 2:  # 64-bit only
+        return False
+    phoff, phentsize, phnum = int.from_bytes(data[32:40], "little"), data[54] | data[55] << 8, data[56] | data[57] << 8
+    return all(int.from_bytes(data[phoff + i * phentsize : phoff + i * phentsize + 4], "little") != 3
+               for i in range(phnum))

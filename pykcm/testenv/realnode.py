@@ -25,9 +25,10 @@ from . import hostnet
 from .build import ensure_kubelet_and_proxy
 from .certs import Pki, issue_client_cert, kubeconfig
 from .errors import ControlPlaneError
-from .gobuild import Log, ensure_go_install, is_executable
-from .images import BUSYBOX, BUSYBOX_PACKAGE, PAUSE_IMAGE, write_node_images
+from .gobuild import Log
+from .images import BUSYBOX, BUSYBOX_PACKAGE, PAUSE_IMAGE, is_static, write_node_images
 from .processes import LOOPBACK, ManagedProcess, free_port, http_get, kill_trees, unverified_context, write_private_file
+from .runc import RUNC_BUILD_PACKAGES, cached_runc, ensure_runc
 
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
@@ -40,13 +41,12 @@ RUNTIME_DIR = Path("/run/pykcm-realnode")  # short: a unix socket path has at mo
 OWNER_FILE = RUNTIME_DIR / "owner"
 KUBELET_ROOT = RUNTIME_DIR / "kubelet"
 STATE_FILE = "realnode.json"
-RUNC_PACKAGE, RUNC_VERSION = "github.com/opencontainers/runc", "v1.5.2"
 CONTAINERD, KUBELET, KUBE_PROXY = "containerd", "kubelet", "kube-proxy"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 START_TIMEOUT = 60.0
 READY_TIMEOUT = 120.0
 
-# (Debian package, a file it installs); runc's build needs the last three only until runc is cached.
+# (Debian package, a file it installs); runc's build needs more until runc is cached (runc.py).
 RUNTIME_PACKAGES = (
     ("containerd", "/usr/bin/containerd"),
     ("containerd", "/usr/bin/containerd-shim-runc-v2"),
@@ -58,11 +58,6 @@ RUNTIME_PACKAGES = (
     ("iptables", "/usr/sbin/ip6tables"),
     ("iproute2", "/usr/sbin/ip"),
     (BUSYBOX_PACKAGE, str(BUSYBOX)),
-)
-RUNC_BUILD_PACKAGES = (
-    ("gcc", "/usr/bin/gcc"),
-    ("libseccomp-dev", "/usr/include/seccomp.h"),
-    ("pkg-config", "/usr/bin/pkg-config"),
 )
 
 
@@ -87,30 +82,14 @@ def check_prerequisites() -> None:
     if os.geteuid() != 0:
         raise ControlPlaneError("a real node needs root (containerd, mounts, network interfaces, iptables)")
     wanted = list(RUNTIME_PACKAGES)
-    if not _cached_runc():
+    if not cached_runc():
         wanted += RUNC_BUILD_PACKAGES
     missing = dict.fromkeys(pkg for pkg, path in wanted if not Path(path).exists())
-    if Path(BUSYBOX).exists() and not _is_static(Path(BUSYBOX)):
+    if Path(BUSYBOX).exists() and not is_static(Path(BUSYBOX)):
         missing[BUSYBOX_PACKAGE] = None
     if missing:
         names = " ".join(missing)
         raise ControlPlaneError(f"a real node needs the Debian packages {names}: apt-get install {names}")
-
-
-def _is_static(path: Path) -> bool:
-    """An ELF file without an interpreter (PT_INTERP): it runs in an image holding nothing else."""
-    data = path.read_bytes()[:4096]
-    if data[:4] != b"\x7fELF" or data[4] != 2:  # 64-bit only
-        return False
-    phoff, phentsize, phnum = int.from_bytes(data[32:40], "little"), data[54] | data[55] << 8, data[56] | data[57] << 8
-    return all(int.from_bytes(data[phoff + i * phentsize : phoff + i * phentsize + 4], "little") != 3
-               for i in range(phnum))
-
-
-def _cached_runc() -> bool:
-    from .gobuild import cache_dir
-
-    return is_executable(cache_dir() / "tools" / f"runc-{RUNC_VERSION}-seccomp" / "runc")
 
 
 @dataclass(frozen=True)
@@ -122,7 +101,7 @@ class NodeBinaries:
 
 def ensure_node_binaries(log: Log) -> NodeBinaries:
     """runc (Debian's 1.1.5 fails every sandbox here) and kubelet + kube-proxy, built once."""
-    runc = ensure_go_install(RUNC_PACKAGE, RUNC_VERSION, log=log, cgo=True, tags=("seccomp",))
+    runc = ensure_runc(log)
     kubelet, kube_proxy = ensure_kubelet_and_proxy(log)
     return NodeBinaries(runc, kubelet, kube_proxy)
 

@@ -23,7 +23,7 @@ def test_without_root_a_real_node_is_refused_in_one_line(monkeypatch: pytest.Mon
 
 def test_each_missing_debian_package_is_named_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(realnode.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(realnode, "_cached_runc", lambda: False)
+    monkeypatch.setattr(realnode, "cached_runc", lambda: False)
     absent = str(tmp_path / "absent")
     packages = [(pkg, absent if pkg in ("containerd", "libseccomp-dev") else path)
                 for pkg, path in (*realnode.RUNTIME_PACKAGES, *realnode.RUNC_BUILD_PACKAGES)]

@@ -1,0 +1,26 @@
+"""runc for the real node and the kind node image: v1.5.2 with seccomp, built from its Go module,
+since Debian's 1.1.5 fails every pod sandbox here ("can't get final child's PID from pipe")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .gobuild import cache_dir, ensure_go_install, is_executable
+from .progress import Log
+
+RUNC_PACKAGE, RUNC_VERSION = "github.com/opencontainers/runc", "v1.5.2"
+_TAGS = ("seccomp",)
+# (Debian package, a file it installs) that the build needs, until runc is cached.
+RUNC_BUILD_PACKAGES = (
+    ("gcc", "/usr/bin/gcc"),
+    ("libseccomp-dev", "/usr/include/seccomp.h"),
+    ("pkg-config", "/usr/bin/pkg-config"),
+)
+
+
+def ensure_runc(log: Log) -> Path:
+    return ensure_go_install(RUNC_PACKAGE, RUNC_VERSION, log=log, cgo=True, tags=_TAGS)
+
+
+def cached_runc() -> bool:
+    return is_executable(cache_dir() / "tools" / f"runc-{RUNC_VERSION}-{'+'.join(_TAGS)}" / "runc")
