@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .docker import DockerEngine
@@ -70,20 +71,57 @@ def _digest(*parts: str | bytes) -> str:
 
 def ensure_base_image(engine: DockerEngine, *, log: Log, mirror: str | None = None) -> str:
     """The local stand-in for the official slim Python image, made if missing; returns its name."""
+    return ensure_debian_image(
+        engine, BASE_REPOSITORY, PACKAGES, recipe=_RECIPE, log=log, mirror=mirror,
+        changes=("ENV LANG=C.UTF-8", 'CMD ["python3"]'), rootfs_name="python",
+    )
+
+
+def ensure_debian_image(
+    engine: DockerEngine,
+    repository: str,
+    packages: Sequence[str],
+    *,
+    recipe: str,
+    log: Log,
+    mirror: str | None = None,
+    changes: Sequence[str] = (),
+    prepare: Callable[[Path], None] | None = None,
+    rootfs_name: str = "",
+) -> str:
+    """`repository:<digest of its inputs>`, a Debian minbase root with `packages`, changed by
+    `prepare(rootfs)`, imported with `docker import --change CHANGE...`; `recipe` names what
+    `prepare` and `changes` do (its digest is the tag, so a new recipe makes a new image)."""
     mirror = mirror or debian_mirror()
-    tag = _digest(SUITE, mirror, *PACKAGES, _RECIPE)
-    name = f"{BASE_REPOSITORY}:{tag}"
+    name = f"{repository}:{_digest(SUITE, mirror, *packages, recipe)}"
     if engine.image_exists(name):
         return name
-    rootfs_tar = cache_dir() / "images" / f"debian-{SUITE}-python-{tag}.tar"
+    rootfs_tar = ensure_rootfs_tarball(packages, recipe=recipe, log=log, mirror=mirror, prepare=prepare,
+                                       name=rootfs_name or repository.rsplit("/", 1)[-1])
+    started = time.monotonic()
+    change_args = [arg for change in changes for arg in ("--change", change)]
+    engine.docker("import", *change_args, "--message", f"debootstrap {SUITE} minbase + {' '.join(packages)}",
+                  str(rootfs_tar), name, timeout=900)
+    log(f"imported {name} in {format_duration(time.monotonic() - started)}")
+    return name
+
+
+def ensure_rootfs_tarball(
+    packages: Sequence[str],
+    *,
+    recipe: str,
+    log: Log,
+    mirror: str | None = None,
+    prepare: Callable[[Path], None] | None = None,
+    name: str = "debian",
+) -> Path:
+    """The cached tarball of a Debian minbase root with `packages`, made (debootstrap) if missing."""
+    mirror = mirror or debian_mirror()
+    rootfs_tar = cache_dir() / "images" / f"debian-{SUITE}-{name}-{_digest(SUITE, mirror, *packages, recipe)}.tar"
     with locked(rootfs_tar.with_suffix(".lock")):
         if not rootfs_tar.is_file():
-            _debootstrap_tarball(rootfs_tar, mirror, log)
-        started = time.monotonic()
-        engine.docker("import", "--change", "ENV LANG=C.UTF-8", "--change", 'CMD ["python3"]',
-                      "--message", f"debootstrap {SUITE} minbase + {' '.join(PACKAGES)}", str(rootfs_tar), name)
-        log(f"imported {name} in {format_duration(time.monotonic() - started)}")
-    return name
+            _debootstrap_tarball(rootfs_tar, mirror, packages, log, prepare)
+    return rootfs_tar
 
 
 def ensure_build_image(engine: DockerEngine, base: str, *, log: Log, ca_bundle: Path = HOST_CA_BUNDLE) -> str:
@@ -107,32 +145,36 @@ def ensure_build_image(engine: DockerEngine, base: str, *, log: Log, ca_bundle: 
     return name
 
 
-def _debootstrap_tarball(target: Path, mirror: str, log: Log) -> None:
+def _debootstrap_tarball(
+    target: Path, mirror: str, packages: Sequence[str], log: Log, prepare: Callable[[Path], None] | None
+) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     log_path = target.with_suffix(".debootstrap.log")
-    log(f"making a Debian {SUITE} root filesystem with {', '.join(PACKAGES)} from {mirror} "
+    log(f"making a Debian {SUITE} root filesystem with {', '.join(packages)} from {mirror} "
         f"(one-time, a minute or two); log: {log_path}")
     started = time.monotonic()
-    packages = {"fetched": 0, "unpacked": 0}
+    counts = {"fetched": 0, "unpacked": 0}
 
     def count(line: str) -> None:
         if line.startswith("I: Retrieving "):
-            packages["fetched"] += 1
+            counts["fetched"] += 1
         elif line.startswith(("I: Unpacking ", "I: Configuring ")):
-            packages["unpacked"] += 1
+            counts["unpacked"] += 1
 
     with tempfile.TemporaryDirectory(prefix=".rootfs-", dir=target.parent) as tmp:
         rootfs = Path(tmp) / "rootfs"
         run_with_progress(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), mirror],
+            ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE, str(rootfs), mirror],
             what="debootstrap", log_path=log_path, log=log, on_line=count,
-            status=lambda: f"{packages['fetched']} packages fetched, {packages['unpacked']} unpacked or configured",
+            status=lambda: f"{counts['fetched']} packages fetched, {counts['unpacked']} unpacked or configured",
         )
         for relative in _PRUNE:
             path = rootfs / relative
             if path.is_dir():
                 shutil.rmtree(path)
                 path.mkdir()
+        if prepare is not None:
+            prepare(rootfs)
         partial = Path(tmp) / "rootfs.tar"
         subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."], check=True)
         partial.replace(target)
