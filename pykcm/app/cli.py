@@ -269,6 +269,25 @@ def testenv_image(
     typer.echo(f"{built.name}\t{built.size / 1e6:.1f} MB")
 
 
+@testenv_app.command("kind-image")
+def testenv_kind_image(
+    docker_dir: Annotated[Path | None, typer.Option(help="Directory of the private Docker engine holding the image; default: ~/.cache/pykcm/docker-kind.")] = None,
+) -> None:
+    """Assemble a kind node image offline (Kubernetes binaries, CoreDNS and pause built here, Debian's packages; needs root, docker.io, debootstrap); print its reference and size. With registry access, use the official kindest/node instead."""
+    from pykcm.testenv import docker
+    from pykcm.testenv.kind import nodeimage
+
+    def progress(message: str) -> None:
+        typer.echo(message, err=True)
+
+    if missing := nodeimage.missing_prerequisites():
+        raise LocalClusterFailed("; ".join(missing))
+    with docker.running(docker_dir or nodeimage.default_docker_directory(), log=progress) as engine:
+        reference = nodeimage.ensure_node_image(progress, engine)
+        size = nodeimage.image_size(engine, reference)
+    typer.echo(f"{reference}\t{size / 1e6:.1f} MB")
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Failures the user can act on: printed as one line, exit 1, no traceback."""
     from pykcm.app.manager import ManagerError
