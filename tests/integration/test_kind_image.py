@@ -15,6 +15,7 @@ import pytest
 
 from pykcm.testenv import docker
 from pykcm.testenv.docker import DockerEngine
+from pykcm.testenv.errors import BuildError
 from pykcm.testenv.kind import nodeimage, preload
 
 # Cold, the first test also waits for the whole assembly (Go builds, debootstrap): 15-20 minutes on 2 cores.
@@ -127,3 +128,15 @@ def test_a_second_call_reuses_the_image(node_image):
     assert nodeimage.ensure_node_image(lines.append, engine) == image
     assert time.monotonic() - started < 60
     assert not any("assembling" in line for line in lines), lines
+
+
+def test_a_failed_assembly_leaves_no_image_and_no_container(node_image, monkeypatch: pytest.MonkeyPatch):
+    engine, _ = node_image
+    failing = "pykcm-local/kind-node:test-failed-assembly"
+    monkeypatch.setattr(nodeimage, "image_reference", lambda digest: failing)
+    monkeypatch.setattr(nodeimage, "_ASSEMBLE", "echo importing; exit 3")
+    containers = engine.docker("ps", "--all", "--quiet").stdout.split()
+    with pytest.raises(BuildError, match=r"node image assembly failed \(exit 3\)"):
+        nodeimage.ensure_node_image(lambda _: None, engine)
+    assert not engine.image_exists(failing)
+    assert engine.docker("ps", "--all", "--quiet").stdout.split() == containers
