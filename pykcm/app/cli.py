@@ -273,7 +273,7 @@ def testenv_image(
 def testenv_kind_image(
     docker_dir: Annotated[Path | None, typer.Option(help="Directory of the private Docker engine holding the image; default: ~/.cache/pykcm/docker-kind.")] = None,
 ) -> None:
-    """Assemble a kind node image offline (Kubernetes binaries, CoreDNS and pause built here, Debian's packages; needs root, docker.io, debootstrap); print its reference and size. With registry access, use the official kindest/node instead."""
+    """Assemble a kind node image offline (Kubernetes binaries, CoreDNS and pause built here, Debian's packages; needs root, docker.io, debootstrap) and build kind; print the image's reference and size. With registry access, use the official kindest/node instead."""
     from pykcm.testenv import docker
     from pykcm.testenv.kind import nodeimage
 
@@ -285,6 +285,7 @@ def testenv_kind_image(
     with docker.running(docker_dir or nodeimage.default_docker_directory(), log=progress) as engine:
         reference = nodeimage.ensure_node_image(progress, engine)
         size = nodeimage.image_size(engine, reference)
+    progress(f"kind: {nodeimage.ensure_kind(progress)}")
     typer.echo(f"{reference}\t{size / 1e6:.1f} MB")
 
 

@@ -7,6 +7,7 @@ its own). Nothing here changes the host's network: no bridge, no `kind create cl
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -140,3 +141,9 @@ def test_a_failed_assembly_leaves_no_image_and_no_container(node_image, monkeypa
         nodeimage.ensure_node_image(lambda _: None, engine)
     assert not engine.image_exists(failing)
     assert engine.docker("ps", "--all", "--quiet").stdout.split() == containers
+
+
+def test_kind_is_built_at_the_version_of_the_node_files():
+    kind = nodeimage.ensure_kind(lambda _: None)
+    out = subprocess.run([str(kind), "version"], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("kind v0.33.0 "), out

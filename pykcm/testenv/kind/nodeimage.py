@@ -46,6 +46,7 @@ from ..runc import ensure_runc
 from . import noderoot, preload
 from .nodefiles import (
     IMAGE_CHANGES,
+    KIND_MODULE,
     KIND_VERSION,
     STOP_SIGNAL,
     NodeBinaries,
@@ -115,6 +116,11 @@ def ensure_node_image(log: Log = print, engine: DockerEngine | None = None) -> s
         return _ensure(engine, log)
     with docker.running(default_docker_directory(), log=log) as started:
         return _ensure(started, log)
+
+
+def ensure_kind(log: Log = print) -> Path:
+    """The `kind` binary of the version whose node files the image holds, built from its module."""
+    return ensure_go_install(KIND_MODULE, KIND_VERSION, log=log)
 
 
 def image_size(engine: DockerEngine, reference: str) -> int:
