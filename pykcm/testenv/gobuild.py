@@ -96,10 +96,20 @@ def run_go(
         elif line and not line.startswith(("go: ", "#", " ")):
             counts["compiled"] += 1
 
-    run_with_progress(
-        argv, what=what, action=f"building {what}", cwd=cwd, log_path=log_path, log=log, env=env, on_line=count,
-        status=lambda: f"{counts['downloaded']} modules downloaded, {counts['compiled']} packages compiled",
-    )
+    try:
+        run_with_progress(
+            argv, what=what, action=f"building {what}", cwd=cwd, log_path=log_path, log=log, env=env, on_line=count,
+            status=lambda: f"{counts['downloaded']} modules downloaded, {counts['compiled']} packages compiled",
+        )
+    except BuildError as err:
+        if _UNREACHABLE.search(log_path.read_text(errors="replace")):
+            raise BuildError(f"the Go module proxy is not reachable (give this machine access to it, or set "
+                             f"GOPROXY to a mirror): {err}") from None
+        raise
+
+
+# What Go prints when a module download cannot reach the proxy at all (not a refusal such as a 404).
+_UNREACHABLE = re.compile(r"dial tcp|no such host|i/o timeout|connection refused|TLS handshake timeout")
 
 
 def ensure_go_install(
