@@ -28,7 +28,7 @@ from .errors import ControlPlaneError
 from .gobuild import Log
 from .images import BUSYBOX, BUSYBOX_PACKAGE, PAUSE_IMAGE, is_static, write_node_images
 from .processes import LOOPBACK, ManagedProcess, free_port, http_get, kill_trees, unverified_context, write_private_file
-from .runc import RUNC_BUILD_PACKAGES, cached_runc, ensure_runc
+from .runc import RUNC_BUILD_PACKAGES, cached_runc, cri_runtime, ensure_runc
 
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
@@ -276,12 +276,7 @@ state = "{RUNTIME_DIR / 'state'}"
 [{cri}.containerd]
   snapshotter = "overlayfs"
   default_runtime_name = "runc"
-[{cri}.containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-[{cri}.containerd.runtimes.runc.options]
-  BinaryName = "{runc}"
-  SystemdCgroup = false
-[{cri}.cni]
+{cri_runtime(runc, systemd_cgroup=False)}[{cri}.cni]
   bin_dir = "{CNI_BIN_DIR}"
   conf_dir = "{root / 'cni'}"
   max_conf_num = 1

@@ -18,6 +18,18 @@ RUNC_BUILD_PACKAGES = (
 )
 
 
+def cri_runtime(runc: str | Path, *, systemd_cgroup: bool, name: str = "runc", base_runtime_spec: str = "") -> str:
+    """The containerd (config version 2) CRI runtime `name` that runs `runc`, for either node."""
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    spec = f'\n  base_runtime_spec = "{base_runtime_spec}"' if base_runtime_spec else ""
+    return f"""[{cri}.containerd.runtimes.{name}]
+  runtime_type = "io.containerd.runc.v2"{spec}
+[{cri}.containerd.runtimes.{name}.options]
+  BinaryName = "{runc}"
+  SystemdCgroup = {str(systemd_cgroup).lower()}
+"""
+
+
 def ensure_runc(log: Log) -> Path:
     return ensure_go_install(RUNC_PACKAGE, RUNC_VERSION, log=log, cgo=True, tags=_TAGS)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..build import KUBEADM, KUBECTL, KUBELET, KUBERNETES_VERSION
 from ..errors import BuildError
 from ..gobuild import find_go
+from ..runc import cri_runtime
 from .preload import PAUSE_IMAGE
 
 KIND_MODULE, KIND_VERSION = "sigs.k8s.io/kind", "v0.33.0"
@@ -79,14 +80,8 @@ def containerd_config() -> str:
     """The node's /etc/containerd/config.toml. Its `snapshotter = "overlayfs"` line is the one
     kind's entrypoint rewrites for filesystems overlayfs cannot sit on."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
-    runtimes = "".join(f"""
-[{cri}.containerd.runtimes.{name}]
-  runtime_type = "io.containerd.runc.v2"
-  base_runtime_spec = "{CRI_BASE_SPEC}"
-[{cri}.containerd.runtimes.{name}.options]
-  BinaryName = "{RUNC}"
-  SystemdCgroup = true
-""" for name in ("runc", "test-handler"))  # test-handler: the RuntimeClass the e2e tests ask for
+    runtimes = "".join(cri_runtime(RUNC, systemd_cgroup=True, name=name, base_runtime_spec=CRI_BASE_SPEC)
+                       for name in ("runc", "test-handler"))  # test-handler: the RuntimeClass e2e tests ask for
     return f"""version = 2
 
 [{cri}]
@@ -99,8 +94,7 @@ def containerd_config() -> str:
 [{cri}.containerd]
   snapshotter = "overlayfs"
   default_runtime_name = "runc"
-{runtimes}
-[{cri}.cni]
+{runtimes}[{cri}.cni]
   bin_dir = "/opt/cni/bin"
   conf_dir = "/etc/cni/net.d"
 """

@@ -50,6 +50,7 @@ from .nodefiles import (
     KIND_VERSION,
     STOP_SIGNAL,
     NodeBinaries,
+    containerd_config,
     kind_files_dir,
     write_node_files,
 )
@@ -151,6 +152,7 @@ def input_parts(inputs: Inputs) -> dict[str, bytes]:
         "runc": str(inputs.runc).encode(),
         "coredns": str(inputs.coredns).encode(),
         "pause": str(inputs.pause).encode(),
+        "containerd.toml": containerd_config().encode(),  # partly rendered outside this package (runc.py)
     })
     parts.update({f"source:{path.name}": path.read_bytes() for path in SOURCES})
     for path in sorted(inputs.kind_files.rglob("*")):
