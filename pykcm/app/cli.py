@@ -275,13 +275,14 @@ def testenv_kind_image(
 ) -> None:
     """Assemble a kind node image offline (Kubernetes binaries, CoreDNS and pause built here, Debian's packages; needs root, docker.io, debootstrap) and build kind; print the image's reference and size. With registry access, use the official kindest/node instead."""
     from pykcm.testenv import docker
+    from pykcm.testenv.errors import BuildError
     from pykcm.testenv.kind import nodeimage
 
     def progress(message: str) -> None:
         typer.echo(message, err=True)
 
-    if missing := nodeimage.missing_prerequisites():
-        raise LocalClusterFailed("; ".join(missing))
+    if missing := nodeimage.missing_prerequisites():  # before the engine starts
+        raise BuildError("; ".join(missing))
     with docker.running(docker_dir or nodeimage.default_docker_directory(), log=progress) as engine:
         reference = nodeimage.ensure_node_image(progress, engine)
         size = nodeimage.image_size(engine, reference)

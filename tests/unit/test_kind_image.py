@@ -321,3 +321,30 @@ def test_control_plane_images_bring_the_c_library_their_binaries_link(tmp_path: 
         assert by_name[name].links["lib64"] == "usr/lib64", name
     assert set(by_name["coredns"].files) == {"coredns"} and by_name["coredns"].entrypoint == ("/coredns",)
     assert set(by_name["pause"].files) == {"pause"} and by_name["pause"].entrypoint == ("/pause",)
+
+
+def test_the_cli_refuses_without_root_in_one_line_before_starting_anything(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pykcm.app import cli
+
+    monkeypatch.setattr(nodeimage.docker.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(nodeimage.docker, "running", lambda *a, **k: pytest.fail("the engine was started"))
+    assert cli.main(["testenv", "kind-image"]) == 1
+    err = capsys.readouterr().err
+    assert err == "pykcm: error: the private Docker engine needs root (dockerd runs as root)\n"
+
+
+def test_kind_files_without_the_module_proxy_name_the_cause_and_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    error = 'Get "https://proxy.example/sigs.k8s.io/kind/@v/v0.33.0.info": dial tcp: i/o timeout'
+    offline = json.dumps({"Path": "sigs.k8s.io/kind", "Version": "v0.33.0", "Error": error})
+    monkeypatch.setattr(nodefiles, "find_go", lambda: "go")
+    monkeypatch.setattr(nodefiles.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 1, stdout=offline + "\n", stderr=""))
+    with pytest.raises(BuildError) as err:
+        nodefiles.kind_files_dir()
+    assert str(err.value) == (
+        'go mod download sigs.k8s.io/kind@v0.33.0 failed: Get "https://proxy.example/sigs.k8s.io/kind/@v/'
+        'v0.33.0.info": dial tcp: i/o timeout (give this machine access to the Go module proxy, or set GOPROXY '
+        "to a mirror)"
+    )

@@ -68,12 +68,13 @@ def kind_files_dir() -> Path:
     result = subprocess.run([find_go(), "mod", "download", "-json", f"{KIND_MODULE}@{KIND_VERSION}"],
                             capture_output=True, text=True, cwd="/")
     try:
-        directory = Path(json.loads(result.stdout)["Dir"]) / "images" / "base" / "files"
-    except (ValueError, KeyError):
-        last = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-1]
-        raise BuildError(f"go mod download {KIND_MODULE}@{KIND_VERSION} failed: {last} "
-                         "(the Go module proxy must be reachable, or the module in GOMODCACHE)") from None
-    return directory
+        info = json.loads(result.stdout)
+    except ValueError:
+        info = {"Error": (result.stderr.strip() or "no output").splitlines()[-1]}
+    if "Dir" not in info:
+        raise BuildError(f"go mod download {KIND_MODULE}@{KIND_VERSION} failed: {info.get('Error')} (give this "
+                         "machine access to the Go module proxy, or set GOPROXY to a mirror)")
+    return Path(info["Dir"]) / "images" / "base" / "files"
 
 
 def containerd_config() -> str:
