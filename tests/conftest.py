@@ -119,6 +119,22 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest
         yield plane
 
 
+@pytest.fixture(scope="module")
+def own_plane(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A control plane of the module's own, for tests that stop, restart or break it."""
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    with running(tmp_path_factory.mktemp(f"{name}-plane"), log=lambda _msg: None) as plane:
+        yield plane
+
+
+@pytest.fixture
+async def own_client(own_plane: ControlPlane) -> AsyncIterator[RestClient]:
+    """An admin API client of `own_plane`."""
+    api = admin_client(own_plane.kubeconfig)
+    yield api
+    await api.close()
+
+
 @pytest.fixture(scope="session")
 def cluster_with_real_node(
     tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
