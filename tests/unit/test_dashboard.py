@@ -94,7 +94,7 @@ def _unreachable_proxy(message: str) -> str | None:
     it was reached (a refused module is then a failure: the pins in LINTER_GOMOD need changing)."""
     log = re.search(r"full output in (\S+)", message)
     text = message + (Path(log.group(1)).read_text(errors="replace") if log and Path(log.group(1)).exists() else "")
-    found = re.search(r"(?:dial|proxyconnect) tcp[^\n]*|module lookup disabled by GOPROXY=off", text)
+    found = re.search(r"(?:dial|proxyconnect) tcp[^\n;]*|module lookup disabled by GOPROXY=off", text)
     return found.group(0) if found else None
 
 
