@@ -102,6 +102,20 @@ def run_go(
     )
 
 
+def go_install_path(package: str, version: str, *, tags: Sequence[str] = (), module_dir: Path | None = None) -> Path:
+    """Where ensure_go_install keeps the binary of `package@version` built with these settings."""
+    name = package.rstrip("/").rsplit("/", 1)[-1]
+    tag_part = f"-{'+'.join(tags)}" if tags else ""
+    module_part = ""
+    if module_dir is not None:
+        gomod = (module_dir / "go.mod").read_text()
+        if not re.search(rf"^\s*(require\s+)?{re.escape(package)} {re.escape(version)}\s*$", gomod, re.M):
+            raise BuildError(f"{module_dir / 'go.mod'} does not require {package} {version}")
+        digest = hashlib.sha256((gomod + (module_dir / "go.sum").read_text()).encode()).hexdigest()[:8]
+        module_part = f"-m{digest}"
+    return cache_dir() / "tools" / f"{name}-{version}{tag_part}{module_part}" / name
+
+
 def ensure_go_install(
     package: str,
     version: str,
@@ -122,16 +136,8 @@ def ensure_go_install(
     pins its dependencies, with a complete go.sum. The package is built there, unchanged, and the
     cache directory is named by that module's content, so editing a pin rebuilds.
     """
-    name = package.rstrip("/").rsplit("/", 1)[-1]
-    tag_part = f"-{'+'.join(tags)}" if tags else ""
-    module_part = ""
-    if module_dir is not None:
-        gomod = (module_dir / "go.mod").read_text()
-        if not re.search(rf"^\s*(require\s+)?{re.escape(package)} {re.escape(version)}\s*$", gomod, re.M):
-            raise BuildError(f"{module_dir / 'go.mod'} does not require {package} {version}")
-        digest = hashlib.sha256((gomod + (module_dir / "go.sum").read_text()).encode()).hexdigest()[:8]
-        module_part = f"-m{digest}"
-    target = cache_dir() / "tools" / f"{name}-{version}{tag_part}{module_part}"
+    binary = go_install_path(package, version, tags=tags, module_dir=module_dir)
+    target, name = binary.parent, binary.name
     if is_executable(target / name):
         return target / name
     with locked(target.with_name(target.name + ".lock")):

@@ -22,18 +22,13 @@ from typing import Any
 import pytest
 import yaml
 
-from pykcm.testenv.gobuild import BuildError, ensure_go_install
+from pykcm.testenv.gobuild import BuildError
+from tests.dashboard_linter import LINTER_BUILD_TIMEOUT, build_linter
 from tests.promql import TARGET_LABELS, exported_series, metric_names, promtool, selectors
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "pykcm-dashboard.json"
 
-LINTER_MODULE = "github.com/grafana/dashboard-linter"
-LINTER_VERSION = "v0.0.0-20241216132922-9479ff4bfa35"  # v0.2.0's rules, without its v2-schema reader
-LINTER_GOMOD = ROOT / "tests" / "dashboard-linter"
-# A cold build downloads about 300 MB of modules and compiles some 950 packages (Loki's LogQL parser
-# and its dependencies): minutes on 2 busy cores, past pytest's default limit.
-LINTER_BUILD_TIMEOUT = 30 * 60
 
 PANELS_WITH_QUERIES = {"timeseries", "stat", "gauge", "table", "graph", "singlestat", "state-timeline"}
 UNITS = {"none", "short", "percent", "percentunit", "s", "ms", "bytes", "ops", "reqps", "bool"}
@@ -91,13 +86,14 @@ def label_values_query(var: dict[str, Any]) -> tuple[str, str]:
 
 def _unreachable_proxy(message: str) -> str | None:
     """Why the Go module proxy could not be reached, from a BuildError and its build log; None when
-    it was reached (a refused module is then a failure: the pins in LINTER_GOMOD need changing)."""
+    it was reached (a refused module is then a failure: the pins in tests/dashboard-linter/ need changing)."""
     log = re.search(r"full output in (\S+)", message)
     text = message + (Path(log.group(1)).read_text(errors="replace") if log and Path(log.group(1)).exists() else "")
     found = re.search(r"(?:dial|proxyconnect) tcp[^\n;]*|module lookup disabled by GOPROXY=off", text)
     return found.group(0) if found else None
 
 
+@pytest.mark.late  # its build runs in the background meanwhile (tests/dashboard_linter.py)
 @pytest.mark.timeout(LINTER_BUILD_TIMEOUT + 120)
 def test_dashboard_passes_grafana_dashboard_linter(capsys):
     def log(message: str) -> None:
@@ -105,7 +101,7 @@ def test_dashboard_passes_grafana_dashboard_linter(capsys):
             print(f"\n[dashboard-linter] {message}", flush=True)
 
     try:
-        linter = ensure_go_install(LINTER_MODULE, LINTER_VERSION, log=log, module_dir=LINTER_GOMOD)
+        linter = build_linter(log)
     except BuildError as err:
         unreachable = _unreachable_proxy(str(err))
         if unreachable is None:
