@@ -17,6 +17,7 @@ from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.errors import ControlPlaneError
 from pykcm.testenv.realnode import check_prerequisites
 from pykcm.util.log import KlogFormatter
+from tests.dashboard_linter import start_background_build
 from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials, run_managers_as
 from tests.support import admin_client
 
@@ -28,7 +29,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
     # One real node runs per machine, and the session's (cluster_with_real_node) lives until the
     # end: a test that needs a real node of its own goes first, before any test can start that one.
-    items.sort(key=lambda item: item.get_closest_marker("own_real_node") is None)
+    # Tests marked `late` go last: what they need builds in the background meanwhile.
+    items.sort(key=lambda item: (item.get_closest_marker("own_real_node") is None,
+                                 item.get_closest_marker("late") is not None))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(item.get_closest_marker("late") for item in session.items):
+        started = start_background_build()
+        if started:
+            _terminal_log(session.config)(started)
 
 
 @pytest.hookimpl(trylast=True)
@@ -117,6 +127,22 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest
         if mode != "admin":
             run_managers_as(install_deploy_credentials(plane, mode), mode)
         yield plane
+
+
+@pytest.fixture(scope="module")
+def own_plane(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A control plane of the module's own, for tests that stop, restart or break it."""
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    with running(tmp_path_factory.mktemp(f"{name}-plane"), log=lambda _msg: None) as plane:
+        yield plane
+
+
+@pytest.fixture
+async def own_client(own_plane: ControlPlane) -> AsyncIterator[RestClient]:
+    """An admin API client of `own_plane`."""
+    api = admin_client(own_plane.kubeconfig)
+    yield api
+    await api.close()
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -112,6 +112,20 @@ def run_go(
 _UNREACHABLE = re.compile(r"dial tcp|no such host|i/o timeout|connection refused|TLS handshake timeout")
 
 
+def go_install_path(package: str, version: str, *, tags: Sequence[str] = (), module_dir: Path | None = None) -> Path:
+    """Where ensure_go_install keeps the binary of `package@version` built with these settings."""
+    name = package.rstrip("/").rsplit("/", 1)[-1]
+    tag_part = f"-{'+'.join(tags)}" if tags else ""
+    module_part = ""
+    if module_dir is not None:
+        gomod = (module_dir / "go.mod").read_text()
+        if not re.search(rf"^\s*(require\s+)?{re.escape(package)} {re.escape(version)}\s*$", gomod, re.M):
+            raise BuildError(f"{module_dir / 'go.mod'} does not require {package} {version}")
+        digest = hashlib.sha256((gomod + (module_dir / "go.sum").read_text()).encode()).hexdigest()[:8]
+        module_part = f"-m{digest}"
+    return cache_dir() / "tools" / f"{name}-{version}{tag_part}{module_part}" / name
+
+
 def ensure_go_install(
     package: str,
     version: str,
@@ -119,25 +133,21 @@ def ensure_go_install(
     log: Log,
     cgo: bool = False,
     tags: Sequence[str] = (),
-    replace: Mapping[str, str] | None = None,
+    module_dir: Path | None = None,
 ) -> Path:
     """`go install package@version` (built in the tool's own module) into a cache directory.
 
     Returns the binary's path. Tools such as kwok pin Kubernetes dependencies of their own,
     which is why they are built from their module and not from the control plane's.
 
-    `go install package@version` refuses a module whose go.mod has replace directives. For such
-    a tool pass them as `replace` ({"old/module": "new/module vX"}, copied from its go.mod): the
-    package is then built in a throwaway module that requires package@version (package must be
-    the module's path) with those replacements, which selects the same versions as the tool's own.
+    Where `go install package@version` cannot be used (it refuses a module whose go.mod has replace
+    directives, and a module whose version list the proxy will not give), pass `module_dir`: a
+    module of ours whose go.mod requires package@version (package must be the module's path) and
+    pins its dependencies, with a complete go.sum. The package is built there, unchanged, and the
+    cache directory is named by that module's content, so editing a pin rebuilds.
     """
-    name = package.rstrip("/").rsplit("/", 1)[-1]
-    tag_part = f"-{'+'.join(tags)}" if tags else ""
-    replace_part = ""
-    if replace:
-        digest = hashlib.sha256(repr(sorted(replace.items())).encode()).hexdigest()[:8]
-        replace_part = f"-r{digest}"
-    target = cache_dir() / "tools" / f"{name}-{version}{tag_part}{replace_part}"
+    binary = go_install_path(package, version, tags=tags, module_dir=module_dir)
+    target, name = binary.parent, binary.name
     if is_executable(target / name):
         return target / name
     with locked(target.with_name(target.name + ".lock")):
@@ -151,15 +161,14 @@ def ensure_go_install(
             out = Path(tmp) / "bin"
             env = {"GOBIN": str(out), "CGO_ENABLED": "1" if cgo else "0"}
             tag_args = ["-tags", ",".join(tags)] if tags else []
-            if replace:
-                lines = ["module pykcm.local/tool-build", "", f"go {'.'.join(map(str, GO_MINIMUM))}", "",
-                         f"require {package} {version}", ""]
-                lines += [f"replace {old} => {new}" for old, new in sorted(replace.items())]
-                (Path(tmp) / "go.mod").write_text("\n".join(lines) + "\n")
-                argv = [go, "build", "-v", "-trimpath", "-mod=mod", *tag_args, "-o", str(out / name), package]
+            cwd = Path(tmp)
+            if module_dir is not None:
+                cwd = Path(tmp) / "src"
+                shutil.copytree(module_dir, cwd)  # an installed package may be read-only
+                argv = [go, "build", "-v", "-trimpath", "-mod=readonly", *tag_args, "-o", str(out / name), package]
             else:
                 argv = [go, "install", "-v", "-trimpath", *tag_args, f"{package}@{version}"]
-            run_go(argv, what=name, cwd=Path(tmp), log_path=log_path, log=log, env=env)
+            run_go(argv, what=name, cwd=cwd, log_path=log_path, log=log, env=env)
             if not is_executable(out / name):
                 raise BuildError(f"building {package}@{version} produced no {name}; see {log_path}")
             os.replace(out, target)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .gobuild import cache_dir, ensure_go_install, is_executable
+from .gobuild import ensure_go_install, go_install_path, is_executable
 from .progress import Log
 
 RUNC_PACKAGE, RUNC_VERSION = "github.com/opencontainers/runc", "v1.5.2"
@@ -35,4 +35,4 @@ def ensure_runc(log: Log) -> Path:
 
 
 def cached_runc() -> bool:
-    return is_executable(cache_dir() / "tools" / f"runc-{RUNC_VERSION}-{'+'.join(_TAGS)}" / "runc")
+    return is_executable(go_install_path(RUNC_PACKAGE, RUNC_VERSION, tags=_TAGS))

@@ -40,14 +40,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain script from anywhere
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from pykcm.client.resources import PODS, REPLICASETS
 from pykcm.client.rest import RestClient
 from pykcm.testenv.build import KUBERNETES_VERSION
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
-from tests.bench.common import Figure, bounded, cpu_seconds, peak_rss_mib, pykcm_env, rss_mib, side_by_side
+from tests.bench.common import (
+    Figure,
+    bounded,
+    bucket_quantile,
+    cpu_seconds,
+    histogram_buckets,
+    peak_rss_mib,
+    pykcm_env,
+    rss_mib,
+    side_by_side,
+)
 from tests.support import PykcmProcess, admin_client, create_namespace, free_port, https_get
 
 CONTROLLERS = "replicaset-controller,namespace-controller,serviceaccount-controller"
@@ -261,19 +269,9 @@ async def scale_up(api: RestClient, work: Work) -> int:
 
 def lag_figures(metrics_text: str) -> tuple[float | None, float | None]:
     """(p99 as the bucket bound it falls under, max) of pykcm's event-loop lag."""
-    buckets: list[tuple[float, float]] = []
-    maximum = None
-    for family in text_string_to_metric_families(metrics_text):
-        for s in family.samples:
-            if s.name == "pykcm_event_loop_lag_seconds_bucket":
-                buckets.append((float(s.labels["le"]), s.value))
-            elif s.name == "pykcm_event_loop_lag_max_seconds":
-                maximum = s.value
-    if not buckets:
-        return None, maximum
-    buckets.sort()
-    total = buckets[-1][1]
-    p99 = next((le for le, count in buckets if count >= 0.99 * total), None)
+    p99 = bucket_quantile(histogram_buckets(metrics_text, "pykcm_event_loop_lag_seconds_bucket"), 0.99)
+    maximum = next((float(line.split()[-1]) for line in metrics_text.splitlines()
+                    if line.startswith("pykcm_event_loop_lag_max_seconds ")), None)
     return p99, maximum
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from prometheus_client.parser import text_string_to_metric_families
+
 T = TypeVar("T")
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -55,6 +57,28 @@ async def bounded(coros: Iterable[Awaitable[T]], limit: int) -> list[T]:
             return await coro
 
     return await asyncio.gather(*(one(c) for c in coros))
+
+
+# -- Prometheus histograms --------------------------------------------------------------------------
+
+
+def histogram_buckets(metrics_text: str, series: str, labels: dict[str, str] | None = None) -> dict[float, float]:
+    """{le: cumulative count} of the `series` (a *_bucket name) samples carrying `labels`."""
+    return {
+        float(sample.labels["le"]): sample.value
+        for family in text_string_to_metric_families(metrics_text)
+        for sample in family.samples
+        if sample.name == series and all(sample.labels.get(k) == v for k, v in (labels or {}).items())
+    }
+
+
+def bucket_quantile(buckets: dict[float, float], q: float, baseline: dict[float, float] | None = None) -> float | None:
+    """The upper bound of the bucket the q-quantile falls under (of the counts since `baseline`,
+    an earlier scrape), or None without observations."""
+    counts = sorted((le, count - (baseline or {}).get(le, 0.0)) for le, count in buckets.items())
+    if not counts or counts[-1][1] <= 0:
+        return None
+    return next(le for le, count in counts if count >= q * counts[-1][1])
 
 
 # -- report -----------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -28,13 +28,11 @@ from pykcm.client.errors import NotFound
 from pykcm.client.resources import CLUSTERROLEBINDINGS, NAMESPACES, REPLICASETS
 from pykcm.client.rest import RestClient
 from pykcm.testenv.certs import issue_certificate
-from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ETCD, ControlPlane
 from tests.faults import PodSampler, report, wait_converged
 from tests.prefix_proxy import PrefixProxy, prefix_proxy, proxy_kubeconfig
 from tests.support import (
     CONTROLLER_KUBECONFIG_ENV,
-    admin_client,
     create_namespace,
     is_gone,
     replicaset_manifest,
@@ -49,24 +47,11 @@ OUTAGE = 30.0
 STORM = 10.0
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with running(tmp_path_factory.mktemp("faults-api-plane"), log=lambda _msg: None) as plane:
-        yield plane
-
-
 @pytest.fixture
-async def admin(plane: ControlPlane) -> AsyncIterator[RestClient]:
-    client = admin_client(plane.kubeconfig)
-    yield client
-    await client.close()
-
-
-@pytest.fixture
-async def proxied(plane: ControlPlane, tmp_path: Path) -> AsyncIterator[tuple[PrefixProxy, Path]]:
+async def proxied(own_plane: ControlPlane, tmp_path: Path) -> AsyncIterator[tuple[PrefixProxy, Path]]:
     if os.environ.get(CONTROLLER_KUBECONFIG_ENV):
         pytest.skip("the proxy authenticates as the admin; the deploy-credentials mode does not apply")
-    async with prefix_proxy(plane, prefix="") as proxy:
+    async with prefix_proxy(own_plane, prefix="") as proxy:
         yield proxy, proxy_kubeconfig(tmp_path / "kubeconfig", proxy.url)
 
 
@@ -92,58 +77,58 @@ async def scale(admin: RestClient, name: str) -> None:
     await admin.patch(REPLICASETS, name, {"spec": {"replicas": SCALED}}, rs["metadata"]["namespace"])
 
 
-async def test_apiserver_unreachable_for_30s(admin: RestClient, proxied: tuple[PrefixProxy, Path]) -> None:
+async def test_apiserver_unreachable_for_30s(own_client: RestClient, proxied: tuple[PrefixProxy, Path]) -> None:
     proxy, kubeconfig = proxied
 
     async def outage() -> None:
         proxy.partition()
-        await scale(admin, "unreachable")
+        await scale(own_client, "unreachable")
         await asyncio.sleep(OUTAGE)
         proxy.heal()
 
-    _, recovery = await scale_through_fault(admin, kubeconfig, outage, "unreachable")
+    _, recovery = await scale_through_fault(own_client, kubeconfig, outage, "unreachable")
     report(f"apiserver unreachable for {OUTAGE:g}s", recovery)
 
 
 @pytest.mark.parametrize("code", [429, 503])
-async def test_status_storm(admin: RestClient, proxied: tuple[PrefixProxy, Path], code: int) -> None:
+async def test_status_storm(own_client: RestClient, proxied: tuple[PrefixProxy, Path], code: int) -> None:
     proxy, kubeconfig = proxied
     name = f"storm-{code}"
 
     async def storm() -> None:
         proxy.storm(code)
-        await scale(admin, name)
+        await scale(own_client, name)
         await asyncio.sleep(STORM)
         proxy.calm()
 
-    _, recovery = await scale_through_fault(admin, kubeconfig, storm, name)
+    _, recovery = await scale_through_fault(own_client, kubeconfig, storm, name)
     assert proxy.stormed > 0
     report(f"{code} on every request for {STORM:g}s", recovery)
 
 
-async def test_etcd_restart_mid_scale(plane: ControlPlane, admin: RestClient) -> None:
+async def test_etcd_restart_mid_scale(own_plane: ControlPlane, own_client: RestClient) -> None:
     async def restart_etcd() -> None:
-        await scale(admin, "etcd")
+        await scale(own_client, "etcd")
         await asyncio.sleep(0.3)  # pykcm is creating
-        etcd = plane.processes[ETCD]
+        etcd = own_plane.processes[ETCD]
         await asyncio.to_thread(etcd.stop)
         await asyncio.sleep(5)
-        assert await asyncio.to_thread(plane.revive) == [ETCD]  # same data dir and ports; the apiserver reconnects
+        assert await asyncio.to_thread(own_plane.revive) == [ETCD]  # same data dir and ports; the apiserver reconnects
 
-    _, recovery = await scale_through_fault(admin, plane.kubeconfig, restart_etcd, "etcd")
+    _, recovery = await scale_through_fault(own_client, own_plane.kubeconfig, restart_etcd, "etcd")
     report("etcd restarted mid-scale (down 5s)", recovery)
 
 
-async def test_namespace_deleted_while_its_replicaset_scales(plane: ControlPlane, admin: RestClient) -> None:
-    namespace = await create_namespace(admin, "faults-ns")
-    async with running_manager(plane.kubeconfig, "replicaset,namespace,serviceaccount") as manager:
-        await admin.create(REPLICASETS, replicaset_manifest("doomed", 2), namespace=namespace)
-        await wait_converged(admin, namespace, "doomed")
-        await admin.patch(REPLICASETS, "doomed", {"spec": {"replicas": 80}}, namespace)
+async def test_namespace_deleted_while_its_replicaset_scales(own_plane: ControlPlane, own_client: RestClient) -> None:
+    namespace = await create_namespace(own_client, "faults-ns")
+    async with running_manager(own_plane.kubeconfig, "replicaset,namespace,serviceaccount") as manager:
+        await own_client.create(REPLICASETS, replicaset_manifest("doomed", 2), namespace=namespace)
+        await wait_converged(own_client, namespace, "doomed")
+        await own_client.patch(REPLICASETS, "doomed", {"spec": {"replicas": 80}}, namespace)
         await asyncio.sleep(0.3)
-        await admin.delete(NAMESPACES, namespace)
+        await own_client.delete(NAMESPACES, namespace)
         deleted = time.monotonic()
-        await wait_for(lambda: is_gone(admin, NAMESPACES, namespace), 60, 0.2, f"namespace {namespace} gone")
+        await wait_for(lambda: is_gone(own_client, NAMESPACES, namespace), 60, 0.2, f"namespace {namespace} gone")
         gone = time.monotonic() - deleted
         controller = next(c for c in manager.controllers if c.name == "replicaset-controller")
         await asyncio.sleep(2)
@@ -152,7 +137,7 @@ async def test_namespace_deleted_while_its_replicaset_scales(plane: ControlPlane
 
 
 async def test_certificates_rotated_while_running(
-    plane: ControlPlane, admin: RestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    own_plane: ControlPlane, own_client: RestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A cluster's rotation: pykcm's client certificate files (named by its kubeconfig) replaced
@@ -164,30 +149,30 @@ async def test_certificates_rotated_while_running(
     caplog.set_level(logging.INFO, logger="pykcm.cert-rotation")
     users = {name: f"pykcm-rotation-{name}-{uuid.uuid4().hex[:6]}" for name in ("old", "new")}
     for user in users.values():
-        await admin.create(CLUSTERROLEBINDINGS, cluster_admin_binding(user))
+        await own_client.create(CLUSTERROLEBINDINGS, cluster_admin_binding(user))
     cert, key = tmp_path / "pykcm.crt", tmp_path / "pykcm.key"
-    issue_certificate(plane.pki, cert, key, users["old"])
+    issue_certificate(own_plane.pki, cert, key, users["old"])
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(cert_files_kubeconfig(plane, cert, key)))
-    namespace = await create_namespace(admin, "rotation")
+    kubeconfig.write_text(yaml.safe_dump(cert_files_kubeconfig(own_plane, cert, key)))
+    namespace = await create_namespace(own_client, "rotation")
     try:
         async with running_manager(kubeconfig, "replicaset"):
-            await admin.create(REPLICASETS, replicaset_manifest("rotated", START), namespace=namespace)
-            await wait_converged(admin, namespace, "rotated")
-            async with PodSampler(admin, namespace, "rotated").running() as sampler:
-                issue_certificate(plane.pki, cert, key, users["new"])
-                pki = plane.pki
+            await own_client.create(REPLICASETS, replicaset_manifest("rotated", START), namespace=namespace)
+            await wait_converged(own_client, namespace, "rotated")
+            async with PodSampler(own_client, namespace, "rotated").running() as sampler:
+                issue_certificate(own_plane.pki, cert, key, users["new"])
+                pki = own_plane.pki
                 issue_certificate(pki, pki.apiserver_cert, pki.apiserver_key, "kube-apiserver", server=True)
-                await asyncio.to_thread(plane.restart_apiserver)
+                await asyncio.to_thread(own_plane.restart_apiserver)
                 rotated = time.monotonic()
-                await admin.delete(CLUSTERROLEBINDINGS, users["old"])
-                await admin.patch(REPLICASETS, "rotated", {"spec": {"replicas": SCALED}}, namespace)
-                await wait_converged(admin, namespace, "rotated", timeout=120)
+                await own_client.delete(CLUSTERROLEBINDINGS, users["old"])
+                await own_client.patch(REPLICASETS, "rotated", {"spec": {"replicas": SCALED}}, namespace)
+                await wait_converged(own_client, namespace, "rotated", timeout=120)
                 recovery = time.monotonic() - rotated
     finally:
         for user in users.values():
             with contextlib.suppress(NotFound):
-                await admin.delete(CLUSTERROLEBINDINGS, user)
+                await own_client.delete(CLUSTERROLEBINDINGS, user)
     assert "Certificate rotation detected" in caplog.text
     assert sampler.most <= SCALED and len(sampler.names) == SCALED, (sampler.most, len(sampler.names))
     report("certificates rotated (client pair replaced, apiserver restarted with a new serving cert)", recovery)

@@ -14,14 +14,13 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from pykcm.client.resources import EVENTS, LEASES, PODS, REPLICASETS
 from pykcm.client.rest import RestClient
-from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.processes import ManagedProcess
 from tests.support import (
@@ -228,19 +227,6 @@ async def test_sigterm_releases_the_lease_and_the_standby_leads_within_seconds(
 # ---------------------------------------------------------------------------------------------
 # destructive tests, on a control plane of their own
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def own_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with running(tmp_path_factory.mktemp("leader-election-plane"), log=lambda _msg: None) as plane:
-        yield plane
-
-
-@pytest.fixture
-async def own_client(own_plane: ControlPlane) -> AsyncIterator[RestClient]:
-    client = admin_client(own_plane.kubeconfig)
-    yield client
-    await client.close()
 
 
 class LeaderSampler:
