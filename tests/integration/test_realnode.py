@@ -110,25 +110,33 @@ def require_prerequisites() -> None:
         pytest.skip(str(err))
 
 
+async def run_a_pod(plane: ControlPlane, name: str) -> None:
+    client = admin_client(plane.kubeconfig)
+    try:
+        namespace = await create_namespace(client, name)
+        await client.create(PODS, busybox_pod(name), namespace=namespace)
+        await ready_pod(client, namespace, name)
+    finally:
+        await client.close()
+
+
+def assert_nothing_left(before: dict[str, set[str]], directory: Path) -> None:
+    after = host_snapshot(directory)
+    for kind in before:
+        assert after[kind] - before[kind] == set(), f"{kind} left behind"
+
+
 @pytest.mark.own_real_node
 async def test_stop_leaves_no_process_mount_interface_or_iptables_rule(tmp_path: Path) -> None:
     require_prerequisites()
     before = host_snapshot(tmp_path)
     with running(tmp_path / "cluster", real_node=True) as plane:
-        client = admin_client(plane.kubeconfig)
-        try:
-            namespace = await create_namespace(client, "stop")
-            await client.create(PODS, busybox_pod("sleeper"), namespace=namespace)
-            await ready_pod(client, namespace, "sleeper")
-        finally:
-            await client.close()
+        await run_a_pod(plane, "sleeper")
         during = host_snapshot(tmp_path)
         # The snapshot sees what the node adds: its interfaces, chains, mounts and processes.
         assert during["links"] - before["links"] and during["iptables"] - before["iptables"]
         assert during["mounts"] and during["processes"]
-    after = host_snapshot(tmp_path)
-    for kind in before:
-        assert after[kind] - before[kind] == set(), f"{kind} left behind"
+    assert_nothing_left(before, tmp_path)
 
 
 @pytest.mark.own_real_node
@@ -138,13 +146,7 @@ async def test_the_next_start_removes_a_real_node_whose_cluster_was_killed(tmp_p
     require_prerequisites()
     before = host_snapshot(tmp_path)
     killed = start(tmp_path / "killed", real_node=True)
-    client = admin_client(killed.kubeconfig)
-    try:
-        namespace = await create_namespace(client, "killed")
-        await client.create(PODS, busybox_pod("orphan"), namespace=namespace)
-        await ready_pod(client, namespace, "orphan")
-    finally:
-        await client.close()
+    await run_a_pod(killed, "orphan")
     for proc in killed.processes.values():
         proc.kill()
         proc.wait(5.0)
@@ -154,9 +156,7 @@ async def test_the_next_start_removes_a_real_node_whose_cluster_was_killed(tmp_p
     with running(tmp_path / "next", real_node=True, log=logs.append):
         assert any(f"removing the real node left by the cluster in {tmp_path / 'killed'}" in line for line in logs)
         assert not orphans & process_trees(realnode.is_shim)
-    after = host_snapshot(tmp_path)
-    for kind in before:
-        assert after[kind] - before[kind] == set(), f"{kind} left behind"
+    assert_nothing_left(before, tmp_path)
 
 
 # ----- on the session's cluster with a real node
