@@ -208,20 +208,21 @@ def running(engine: DockerEngine, image: str, kind: Path, directory: Path, *, lo
         delete(cluster, log=log)
 
 
-def host_traces(engine_directory: Path, container_ids: Iterable[str] = ()) -> list[str]:
-    """What a kind cluster (of these node containers) and the engine leave on the host: the bridge
-    and the links on it, the host rule, mounts under the engine's directory or of the nodes, the
-    nodes' cgroups. Empty before create() and again after delete() and the engine's stop."""
+def host_traces(engine_directory: Path | None, container_ids: Iterable[str] = ()) -> list[str]:
+    """What a kind cluster (of these node containers) and the engine may leave on the host: the
+    bridge and the links on it, the host rule and any docker chain, mounts under the engine's
+    directory (if given) or of the nodes, the nodes' cgroups. The same before create() and after
+    delete(); the engine's own mounts go when it stops."""
     ids = tuple(container_ids)
     links = json.loads(hostnet.run(["ip", "-j", "link", "show"]).stdout or "[]")
     traces = [f"link {link['ifname']}" for link in links if BRIDGE in (link.get("ifname"), link.get("master"))]
     for family, ipt in hostnet.IPTABLES.items():
         saved = hostnet.run([f"{ipt}-save"]).stdout.splitlines()
-        traces += [f"ipv{family} rule {line}" for line in saved if GUARD_CHAIN in line or BRIDGE in line]
-    directory = str(engine_directory.resolve())
+        traces += [f"ipv{family} {line}" for line in saved if any(w in line for w in (GUARD_CHAIN, BRIDGE, "DOCKER"))]
+    directory = str(engine_directory.resolve()) if engine_directory else None
     for line in Path("/proc/self/mounts").read_text().splitlines():
         point = line.split()[1]
-        if point.startswith(directory) or any(i in line for i in ids):
+        if (directory and point.startswith(directory)) or any(i in line for i in ids):
             traces.append(f"mount {point}")
     for hierarchy in Path("/sys/fs/cgroup").iterdir():
         traces += [f"cgroup {path}" for i in ids if (path := hierarchy / CGROUP_PARENT / i).exists()]
