@@ -66,7 +66,7 @@ def wait_for_default_service_account(kubectl: Kubectl, namespace: str, timeout: 
 def test_kind_create_cluster_with_pykcm_from_outside_then_delete_leaves_nothing(
     testenv_log: Callable[[str], None], tmp_path: Path
 ) -> None:
-    if missing := nodeimage.missing_prerequisites():
+    if missing := cluster.missing_prerequisites():
         pytest.skip("; ".join(missing))
     engine_dir = nodeimage.default_docker_directory()
     with docker.running(engine_dir, log=testenv_log, wait=ENGINE_WAIT) as engine:

@@ -29,6 +29,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -41,6 +42,7 @@ import yaml
 from .. import hostnet
 from ..docker import CGROUP_PARENT, DockerEngine, DockerError, docker_cli
 from ..progress import Log, format_duration, run_with_progress
+from . import nodeimage
 
 RECIPE = Path(__file__).resolve().parents[3] / "deploy" / "kind" / "kind-config.yaml"
 NETWORK = BRIDGE = "pykcm-kind"  # a bridge name is at most 15 characters
@@ -103,6 +105,15 @@ elif args[:1] == ["exec"]:
 os.environ["DOCKER_HOST"] = {host!r}
 os.execv({real!r}, [{real!r}, *args])
 '''
+
+
+def missing_prerequisites() -> list[str]:
+    """One line per missing prerequisite: the node image's, and the host tools this module runs."""
+    missing = nodeimage.missing_prerequisites()
+    for tool, package in (("iptables", "iptables"), ("ip6tables", "iptables"), ("ip", "iproute2")):
+        if shutil.which(tool) is None:
+            missing.append(f"{tool} is not on PATH: apt-get install {package}")
+    return missing
 
 
 class KindError(DockerError):
