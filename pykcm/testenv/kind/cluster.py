@@ -173,6 +173,8 @@ def create(engine: DockerEngine, image: str, kind: Path, directory: Path, *, log
     name = name or config.get("name", "kind")
     directory.mkdir(parents=True, exist_ok=True)
     cluster = KindCluster(name, directory / "kubeconfig", directory, engine, kind)
+    if not engine.image_exists(image):  # kind would pull it from a registry
+        raise KindError(f"{image} is not in the engine at {engine.directory}: build it with pykcm testenv kind-image")
     if _existing_clusters(engine):
         raise KindError(f"kind nodes already run on {engine.directory}: delete them (kind delete clusters --all "
                         f"with DOCKER_HOST={engine.host}) or use another engine directory")
@@ -206,8 +208,10 @@ def delete(cluster: KindCluster, *, log: Log) -> None:
                           log_path=cluster.directory / "kind-delete.log", log=log, env=cluster.env())
     finally:
         cluster.engine.docker("network", "rm", NETWORK, check=False)
+        dropped = _dropped_packets()
         _remove_guard()
-    log(f"kind cluster {cluster.name} deleted in {format_duration(time.monotonic() - started)}")
+    log(f"kind cluster {cluster.name} deleted in {format_duration(time.monotonic() - started)} "
+        f"(the host rule stopped {dropped} packets bound off the machine)")
 
 
 @contextlib.contextmanager
@@ -269,6 +273,15 @@ def _install_guard() -> None:
             ["-i", BRIDGE, "-o", BRIDGE, "-j", "RETURN"],
             ["-i", BRIDGE, "-j", "DROP"],
         ])
+
+
+def _dropped_packets() -> int:
+    """Packets the guard dropped, both families."""
+    total = 0
+    for ipt in hostnet.IPTABLES.values():
+        listing = hostnet.run([ipt, "-t", "filter", "-L", GUARD_CHAIN, "-v", "-n", "-x"], check=False).stdout
+        total += sum(int(line.split()[0]) for line in listing.splitlines() if " DROP " in f" {line} ")
+    return total
 
 
 def _remove_guard() -> None:
