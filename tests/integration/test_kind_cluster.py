@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ import pytest
 from pykcm.testenv import docker
 from pykcm.testenv.build import KUBECTL, ensure_components
 from pykcm.testenv.kind import cluster, nodeimage
+from pykcm.testenv.kind.cluster import KindCluster
 from pykcm.testenv.kind.preload import PAUSE_IMAGE
 from pykcm.testenv.nodes import KCM_CONTROLLERS, PYKCM_CONTROLLERS
 from tests.support import PykcmProcess
@@ -63,53 +64,59 @@ def wait_for_default_service_account(kubectl: Kubectl, namespace: str, timeout: 
         time.sleep(1)
 
 
-def test_kind_create_cluster_with_pykcm_from_outside_then_delete_leaves_nothing(
-    testenv_log: Callable[[str], None], tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def kind_cluster(testenv_log: Callable[[str], None], tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindCluster]:
+    """A kind cluster from deploy/kind on the private engine; at teardown, after `kind delete
+    cluster`, the host holds what it held before (the engine running), and after the engine's
+    stop none of the cluster's links, host rules or cgroups."""
     if missing := cluster.missing_prerequisites():
         pytest.skip("; ".join(missing))
     engine_dir = nodeimage.default_docker_directory()
     with docker.running(engine_dir, log=testenv_log, wait=ENGINE_WAIT) as engine:
         before = cluster.host_traces(engine_dir)  # the engine's own mounts, and whatever others left
-        host_rules = {line for line in before if not line.startswith("mount ")}
         image = nodeimage.ensure_node_image(testenv_log, engine)
         kind = nodeimage.ensure_kind(testenv_log)
-        with cluster.running(engine, image, kind, tmp_path / "kind", log=testenv_log) as made:
+        with cluster.running(engine, image, kind, tmp_path_factory.mktemp("kind"), log=testenv_log) as made:
             ids = made.container_ids()
-            during = cluster.host_traces(engine_dir, ids)  # what the checks below must see go again
+            during = cluster.host_traces(engine_dir, ids)  # what teardown must see go again
             assert f"link {cluster.BRIDGE}" in during and any(cluster.GUARD_CHAIN in t for t in during), during
-            kubectl = Kubectl(made.kubeconfig, testenv_log)
-            nodes = made.nodes()
-            [worker] = [name for name in nodes if name.endswith("-worker")]
-            kubectl("wait", "--for=condition=Ready", "nodes", "--all", f"--timeout={WAIT}")
-
-            # KCM runs without pykcm's three controllers: its flag, and its log says so.
-            kcm = kubectl.json("-n", "kube-system", "get", "pod", "-l", "component=kube-controller-manager")
-            [pod] = kcm["items"]
-            assert f"--controllers={KCM_CONTROLLERS}" in pod["spec"]["containers"][0]["command"]
-            kcm_log = kubectl("-n", "kube-system", "logs", pod["metadata"]["name"])
-            for name in PYKCM_CONTROLLERS:
-                assert f'"Warning: controller is disabled" controller="{name}"' in kcm_log
-
-            pykcm = PykcmProcess("--kubeconfig", str(made.kubeconfig), log_path=tmp_path / "pykcm.log")
-            try:
-                # CoreDNS's ReplicaSet gets its pods from pykcm; Running and Ready means they
-                # reach the apiserver through the kubernetes Service (kube-proxy, the ptp network).
-                kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", f"--timeout={WAIT}")
-                namespace = "kind-pykcm"
-                kubectl("create", "namespace", namespace)
-                wait_for_default_service_account(kubectl, namespace)
-                kubectl("apply", "-f", "-", stdin=deployment("pause", namespace, worker))
-                kubectl("-n", namespace, "rollout", "status", "deployment/pause", f"--timeout={WAIT}")
-                pods = kubectl.json("-n", namespace, "get", "pods", "-l", "app=pause")["items"]
-                assert [p["spec"]["nodeName"] for p in pods] == [worker, worker]
-                kubectl("delete", "namespace", namespace, "--wait=false")
-                kubectl("wait", "--for=delete", f"namespace/{namespace}", f"--timeout={WAIT}")
-            finally:
-                pykcm.kill()
-            assert "Traceback" not in pykcm.log()
+            yield made
         assert not set(ids) & set(engine.docker("ps", "--all", "--no-trunc", "--quiet").stdout.split())
         assert cluster.NETWORK not in engine.docker("network", "ls", "--format", "{{.Name}}").stdout.split()
         assert cluster.host_traces(engine_dir, ids) == before
     # After the engine's stop (another run may take its directory at once: its mounts are not ours).
-    assert set(cluster.host_traces(None, ids)) == host_rules
+    assert set(cluster.host_traces(None, ids)) == {line for line in before if not line.startswith("mount ")}
+
+
+def test_kind_cluster_with_pykcm_from_outside(
+    kind_cluster: KindCluster, testenv_log: Callable[[str], None], tmp_path: Path
+) -> None:
+    made = kind_cluster
+    kubectl = Kubectl(made.kubeconfig, testenv_log)
+    [worker] = [name for name in made.nodes() if name.endswith("-worker")]
+    kubectl("wait", "--for=condition=Ready", "nodes", "--all", f"--timeout={WAIT}")
+
+    # KCM runs without pykcm's three controllers: its flag, and its log says so.
+    [pod] = kubectl.json("-n", "kube-system", "get", "pod", "-l", "component=kube-controller-manager")["items"]
+    assert f"--controllers={KCM_CONTROLLERS}" in pod["spec"]["containers"][0]["command"]
+    kcm_log = kubectl("-n", "kube-system", "logs", pod["metadata"]["name"])
+    for name in PYKCM_CONTROLLERS:
+        assert f'"Warning: controller is disabled" controller="{name}"' in kcm_log
+
+    pykcm = PykcmProcess("--kubeconfig", str(made.kubeconfig), log_path=tmp_path / "pykcm.log")
+    try:
+        # CoreDNS's ReplicaSet gets its pods from pykcm; Running and Ready means they reach
+        # the apiserver through the kubernetes Service (kube-proxy, the ptp network).
+        kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", f"--timeout={WAIT}")
+        namespace = "kind-pykcm"
+        kubectl("create", "namespace", namespace)
+        wait_for_default_service_account(kubectl, namespace)
+        kubectl("apply", "-f", "-", stdin=deployment("pause", namespace, worker))
+        kubectl("-n", namespace, "rollout", "status", "deployment/pause", f"--timeout={WAIT}")
+        pods = kubectl.json("-n", namespace, "get", "pods", "-l", "app=pause")["items"]
+        assert [p["spec"]["nodeName"] for p in pods] == [worker, worker]
+        kubectl("delete", "namespace", namespace, "--wait=false")
+        kubectl("wait", "--for=delete", f"namespace/{namespace}", f"--timeout={WAIT}")
+    finally:
+        pykcm.kill()
+    assert "Traceback" not in pykcm.log()
