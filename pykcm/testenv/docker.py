@@ -1,8 +1,10 @@
 """A private Docker engine for building and running pykcm's image on a dev machine or in CI.
 
 It never touches a system docker: containerd and dockerd run with their own root, state, pidfile
-and unix sockets under one directory (default: the pykcm cache), with no bridge and no iptables
-rules, so builds and containers use the host's network (`--network host`). The directory is
+and unix sockets under one directory (default: the pykcm cache), with no default bridge and no
+iptables rules, so builds and containers use the host's network (`--network host`). A bridge
+network made on purpose still works (kind's, kind/cluster.py): without iptables its published
+ports go through docker-proxy on the address they name, and nothing is masqueraded. The directory is
 locked while the engine runs; an engine left behind by a crashed run is stopped by PID and kernel
 start time (never by name) before a new one starts. Images persist in the directory, which is
 what makes a second build warm.
@@ -28,6 +30,7 @@ from .processes import ManagedProcess, spawn, stop_all, wait_ready
 from .progress import Log, format_duration
 
 START_TIMEOUT = 60.0
+CGROUP_PARENT = "pykcm-docker"  # every container's cgroup is below this one, in each hierarchy
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; dockerd and containerd add suffixes to their sockets
 
 # The containerd under dockerd needs none of the CRI (kubelet) side.
@@ -244,7 +247,7 @@ def _start_dockerd(directory: Path, run_dir: Path, engine: DockerEngine) -> Mana
         "--ip-masq=false",
         "--storage-driver=overlay2",
         "--exec-opt=native.cgroupdriver=cgroupfs",
-        "--cgroup-parent=pykcm-docker",
+        f"--cgroup-parent={CGROUP_PARENT}",
     ]
     proc = spawn("dockerd", argv, directory / "logs")
 

@@ -82,14 +82,28 @@ def chains(family: int) -> dict[str, set[str]]:
 def install_forward_guard(pod_cidr: str) -> None:
     """Pods may talk to each other and to this host, never beyond: the CNI plugin turns on
     forwarding, and test traffic must stay on this machine."""
-    ipt = IPTABLES[4]
-    if run([ipt, "-t", "filter", "-n", "-L", CHAIN], check=False).returncode != 0:
-        run([ipt, "-t", "filter", "-N", CHAIN])
-    run([ipt, "-t", "filter", "-F", CHAIN])
-    run([ipt, "-t", "filter", "-A", CHAIN, "-s", pod_cidr, "-d", pod_cidr, "-j", "RETURN"])
-    run([ipt, "-t", "filter", "-A", CHAIN, "-s", pod_cidr, "-j", "DROP"])
-    if run([ipt, "-t", "filter", "-C", "FORWARD", "-j", CHAIN], check=False).returncode != 0:
-        run([ipt, "-t", "filter", "-I", "FORWARD", "1", "-j", CHAIN])
+    install_chain(4, CHAIN, [["-s", pod_cidr, "-d", pod_cidr, "-j", "RETURN"], ["-s", pod_cidr, "-j", "DROP"]])
+
+
+def install_chain(family: int, chain: str, rules: Sequence[Sequence[str]]) -> None:
+    """`chain` in filter holding exactly `rules`, jumped to first from FORWARD."""
+    ipt = IPTABLES[family]
+    if run([ipt, "-t", "filter", "-n", "-L", chain], check=False).returncode != 0:
+        run([ipt, "-t", "filter", "-N", chain])
+    run([ipt, "-t", "filter", "-F", chain])
+    for rule in rules:
+        run([ipt, "-t", "filter", "-A", chain, *rule])
+    if run([ipt, "-t", "filter", "-C", "FORWARD", "-j", chain], check=False).returncode != 0:
+        run([ipt, "-t", "filter", "-I", "FORWARD", "1", "-j", chain])
+
+
+def remove_chain(family: int, chain: str) -> None:
+    """Undo install_chain (nothing if it is not there)."""
+    ipt = IPTABLES[family]
+    while run([ipt, "-t", "filter", "-D", "FORWARD", "-j", chain], check=False).returncode == 0:
+        pass
+    run([ipt, "-t", "filter", "-F", chain], check=False)
+    run([ipt, "-t", "filter", "-X", chain], check=False)
 
 
 def remove_chains(family: int, before: dict[str, Iterable[str]]) -> list[str]:

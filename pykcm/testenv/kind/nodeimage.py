@@ -58,7 +58,8 @@ from .nodefiles import (
 REPOSITORY = "pykcm-local/kind-node"
 COMPONENTS = (APISERVER, KCM, SCHEDULER, KUBE_PROXY, ETCD, KUBEADM, KUBELET, KUBECTL)
 # The code that lays out the node and its images: a change to it makes a new image.
-SOURCES = (*sorted(Path(__file__).parent.glob("*.py")), Path(images.__file__))
+# cluster.py runs clusters from the image and is no part of it.
+SOURCES = (*sorted(p for p in Path(__file__).parent.glob("*.py") if p.name != "cluster.py"), Path(images.__file__))
 IMPORT_DONE = "pykcm-imported "
 LISTING = "pykcm-image "
 _NODE_MOUNT, _PRELOAD_MOUNT = "/tmp/pykcm-node", "/tmp/pykcm-preload"  # /tmp: kind mounts a tmpfs over it
