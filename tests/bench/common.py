@@ -98,7 +98,7 @@ class Figure:
 
 
 def ratio(ours: float | None, theirs: float | None) -> str:
-    if ours is None or theirs is None or math.isnan(ours) or math.isnan(theirs) or not theirs:
+    if ours is None or theirs is None or not math.isfinite(ours) or not math.isfinite(theirs) or not theirs:
         return "n/a"
     return f"{ours / theirs:.2f}x"
 
