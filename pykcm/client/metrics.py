@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram, disable_created_metrics
 
+from pykcm.util.promlabels import Children
+
 disable_created_metrics()
 
 REST_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
@@ -28,3 +30,8 @@ rest_client_rate_limiter_duration = Histogram(
     ["verb", "host"],
     buckets=REST_BUCKETS,
 )
+
+# Memoised children for the request path (see promlabels).
+requests_by = Children(rest_client_requests)
+request_duration_by = Children(rest_client_request_duration)
+rate_limiter_duration_by = Children(rest_client_rate_limiter_duration)

@@ -153,7 +153,7 @@ class RestClient:
         data = orjson.dumps(body) if body is not None else None
         for attempt in range(MAX_THROTTLE_RETRIES + 1):
             waited = await self._limiter.wait()
-            metrics.rest_client_rate_limiter_duration.labels(method, host).observe(waited)
+            metrics.rate_limiter_duration_by(method, host).observe(waited)
             if self.config.write_fence is not None:  # after the limiter's wait, and again at the socket
                 self.config.write_fence.check(method, path)
             start = time.monotonic()
@@ -161,13 +161,13 @@ class RestClient:
                 with sending(method, path):
                     raw, code, is_json = await self._send(method, path, params, data, accept, content_type, timeout)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                metrics.rest_client_requests.labels("<error>", method, host).inc()
+                metrics.requests_by("<error>", method, host).inc()
                 if isinstance(exc.__cause__, FencedWrite):  # refused at the socket, in aiohttp's body writer
                     raise exc.__cause__ from None
                 raise TransportError(f"{method} {path}: {exc or type(exc).__name__}") from None
             finally:
-                metrics.rest_client_request_duration.labels(method, host).observe(time.monotonic() - start)
-            metrics.rest_client_requests.labels(str(code), method, host).inc()
+                metrics.request_duration_by(method, host).observe(time.monotonic() - start)
+            metrics.requests_by(str(code), method, host).inc()
             if code < 300:
                 if not raw:
                     return None
@@ -198,7 +198,7 @@ class RestClient:
         """Yield watch events ({"type", "object"}) until the server ends the stream."""
         host = self._transport.host_label
         waited = await self._limiter.wait()
-        metrics.rest_client_rate_limiter_duration.labels("GET", host).observe(waited)
+        metrics.rate_limiter_duration_by("GET", host).observe(waited)
         server_timeout = float(params.get("timeoutSeconds") or 0)
         read_timeout = server_timeout + 30 if server_timeout else None
         timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=read_timeout)
@@ -209,7 +209,7 @@ class RestClient:
                 headers=self._headers(JSON, None),
                 timeout=timeout,
             ) as resp:
-                metrics.rest_client_requests.labels(str(resp.status), "GET", host).inc()
+                metrics.requests_by(str(resp.status), "GET", host).inc()
                 if resp.status >= 300:
                     raise error_from_status(resp.status, _decode(await resp.read()))
                 buffer = b""

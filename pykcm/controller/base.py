@@ -135,10 +135,12 @@ class Controller(ABC):
             self.queue.add_after(key, again.seconds)
         except Exception as err:
             result = "error"
-            metrics.controller_sync_errors.labels(self.name).inc()
+            metrics.controller_sync_errors_by(self.name).inc()
             self.log.error(err, "Error syncing, requeuing", controller=self.name, key=key)
             self.queue.add_rate_limited(key)
         finally:
             elapsed = time.monotonic() - start
-            metrics.controller_sync_duration.labels(self.name, result).observe(elapsed)
-            self.log.v(4).info("Finished syncing", controller=self.name, key=key, duration=f"{elapsed * 1000:.3f}ms")
+            metrics.controller_sync_duration_by(self.name, result).observe(elapsed)
+            if self.log.v(4).enabled():
+                duration = f"{elapsed * 1000:.3f}ms"
+                self.log.v(4).info("Finished syncing", controller=self.name, key=key, duration=duration)

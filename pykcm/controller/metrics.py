@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
 from pykcm.client.metrics import REST_BUCKETS
+from pykcm.util.promlabels import Children
 
 disable_created_metrics()
 
@@ -23,3 +24,7 @@ controller_stuck = Gauge(
     "finished for 5 minutes; else 0.",
     ["controller"],
 )
+
+# Memoised children for every sync (see promlabels).
+controller_sync_duration_by = Children(controller_sync_duration)
+controller_sync_errors_by = Children(controller_sync_errors)

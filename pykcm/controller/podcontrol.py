@@ -76,12 +76,14 @@ class PodControl:
             raise
         self._wrote(created)
         name = created["metadata"]["name"]
-        log.v(4).info("Controller created pod", controller=owner["metadata"]["name"], pod=f"{namespace}/{name}")
+        if log.v(4).enabled():
+            log.v(4).info("Controller created pod", controller=owner["metadata"]["name"], pod=f"{namespace}/{name}")
         self.events.record(owner, NORMAL, SUCCESSFUL_CREATE, f"Created pod: {name}")
         return created
 
     async def delete_pod(self, namespace: str, name: str, owner: Obj) -> None:
-        log.v(2).info("Deleting pod", controller=owner["metadata"]["name"], pod=f"{namespace}/{name}")
+        if log.v(2).enabled():
+            log.v(2).info("Deleting pod", controller=owner["metadata"]["name"], pod=f"{namespace}/{name}")
         try:
             await self.client.delete(PODS, name, namespace=namespace)
         except NotFound:

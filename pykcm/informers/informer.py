@@ -147,7 +147,7 @@ class SharedInformer:
                 await self._apply_yielding(delta)
             except Exception as err:  # a broken handler must not stop the informer
                 log.error(err, "Handler failed", resource=self.resource.name)
-            metrics.informer_objects.labels(self.resource.name).set(len(self.indexer))
+            metrics.informer_objects_by(self.resource.name).set(len(self.indexer))
 
     async def _apply_yielding(self, delta: Delta) -> None:
         """`_apply`, handing the loop back between chunks of a relist."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, disable_created_metrics
 
+from pykcm.util.promlabels import Children
+
 disable_created_metrics()
 
 informer_events = Counter(
@@ -14,3 +16,8 @@ informer_resource_version = Gauge(
     "pykcm_informer_last_resource_version", "Last resourceVersion a reflector synced to.", ["resource"]
 )
 informer_objects = Gauge("pykcm_informer_objects", "Objects held in an informer's cache.", ["resource"])
+
+# Memoised children for every watch event (see promlabels).
+informer_events_by = Children(informer_events)
+informer_resource_version_by = Children(informer_resource_version)
+informer_objects_by = Children(informer_objects)

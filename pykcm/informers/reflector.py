@@ -177,7 +177,7 @@ class Reflector:
             events += 1
             kind = event.get("type")
             obj = event.get("object") or {}
-            metrics.informer_events.labels(self.label, kind or "UNKNOWN").inc()
+            metrics.informer_events_by(self.label, kind or "UNKNOWN").inc()
             if kind == "ERROR":
                 raise error_from_status(int(obj.get("code") or 500), obj)
             rv = obj.get("metadata", {}).get("resourceVersion", "")
@@ -203,7 +203,7 @@ class Reflector:
             return
         self.last_resource_version = rv
         if rv.isdigit():
-            metrics.informer_resource_version.labels(self.label).set(int(rv))
+            metrics.informer_resource_version_by(self.label).set(int(rv))
 
 
 __all__ = ["ApiError", "Reflector", "strip_managed_fields"]

@@ -23,13 +23,19 @@ _verbosity = 0
 
 
 class Logger:
-    def __init__(self, name: str, level: int = 0) -> None:
-        self._logger = logging.getLogger(f"pykcm.{name}")
+    def __init__(self, name: str, level: int = 0, logger: logging.Logger | None = None) -> None:
+        self._logger = logger or logging.getLogger(f"pykcm.{name}")
         self._name = name
         self._level = level
+        # v() is called on hot paths (per pod, per sync): one Logger per level, made once, since
+        # logging.getLogger takes a lock.
+        self._levels: dict[int, Logger] = {level: self}
 
     def v(self, level: int) -> Logger:
-        return Logger(self._name, level)
+        leveled = self._levels.get(level)
+        if leveled is None:
+            leveled = self._levels[level] = Logger(self._name, level, self._logger)
+        return leveled
 
     def enabled(self) -> bool:
         return self._level <= _verbosity

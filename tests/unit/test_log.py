@@ -36,3 +36,10 @@ def test_json_lines_carry_key_values_and_verbosity(capsys):
     assert [entry["msg"] for entry in lines] == ["Too few replicas", "Finished syncing", "Error syncing"]
     assert lines[0]["replicaSet"] == "ns/web" and lines[0]["v"] == 0 and lines[1]["v"] == 4
     assert lines[2]["level"] == "error" and lines[2]["err"] == "quota exceeded"
+
+
+def test_a_verbosity_level_logger_is_made_once() -> None:
+    logger = log.get_logger("demo")
+    assert logger.v(4) is logger.v(4)
+    assert logger.v(0) is logger
+    assert not logger.v(9).enabled()
