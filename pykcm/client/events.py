@@ -1,11 +1,15 @@
 """Kubernetes Events for controllers, aggregated like client-go's EventCorrelator.
 
-`record()` never blocks a sync: events go through a bounded in-memory queue to one sender
-task. A repeat of the same (object, type, reason, message) bumps `count` and `lastTimestamp`
-on the existing Event with a PATCH instead of creating another; each object and event type has
-a token bucket (burst 25, one more per 5 minutes) so a hot loop cannot flood the API. Both
-memories are LRU caches of 4,096 entries, as client-go's (tools/record/events_cache.go), so a
-long-running process that events about ever new objects stays bounded.
+`record()` never blocks a sync: events go through a bounded in-memory queue to a sender task
+that keeps up to SENDERS writes in flight while the client's rate limiter has tokens to spare
+(client-go's single sender goroutine keeps up at a millisecond a write; one request at a time
+here would fill the queue and drop events during a burst of pod creations) and one while it is
+throttled, as client-go; one at a time per involved object, in the order recorded. A repeat of
+the same (object, type, reason, message) bumps `count` and `lastTimestamp` on the existing
+Event with a PATCH instead of creating another; each object and event type has a token bucket
+(burst 25, one more per 5 minutes) so a hot loop cannot flood the API. Both memories are LRU
+caches of 4,096 entries, as client-go's (tools/record/events_cache.go), so a long-running
+process that events about ever new objects stays bounded.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ SPAM_BURST = 25
 SPAM_QPS = 1.0 / 300.0
 MAX_PENDING = 1000  # client-go's broadcaster queue length; beyond it events are dropped, never blocking
 MAX_TRACKED = 4096  # entries of each LRU: spam-filter buckets, sent events (client-go's maxLruCacheEntries)
+SENDERS = 8  # event writes in flight at once
 
 log = get_logger("events")
 
@@ -42,16 +47,28 @@ class _Sent:
     count: int
 
 
+@dataclass(slots=True)
+class _Pending:
+    involved: dict[str, Any]
+    type_: str
+    reason: str
+    message: str
+    at: str  # when it was recorded, as client-go stamps an event in the recorder
+
 
 class EventRecorder:
     def __init__(self, client: RestClient, component: str, host: str | None = None) -> None:
         self.client = client
         self.component = component
         self.host = host or socket.gethostname()
-        self._pending: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_PENDING)
+        self._pending: asyncio.Queue[_Pending] = asyncio.Queue(MAX_PENDING)
         self._sent: LRUCache[tuple, _Sent] = LRUCache(MAX_TRACKED)
         self._buckets: LRUCache[tuple, TokenBucket] = LRUCache(MAX_TRACKED)
         self._task: asyncio.Task | None = None
+        self._slots = asyncio.Semaphore(SENDERS)
+        # The write in flight last for each involved object (by uid): the next one waits for it.
+        self._last_write: dict[str, asyncio.Task] = {}
+        self._writes: set[asyncio.Task] = set()
 
     def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Queue an event about `obj` (a full object or one with kind/apiVersion/metadata)."""
@@ -67,7 +84,7 @@ class EventRecorder:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._send_loop(), name=f"events {self.component}")
         try:
-            self._pending.put_nowait({"involved": involved, "type_": type_, "reason": reason, "message": message})
+            self._pending.put_nowait(_Pending(involved, type_, reason, message, apitime.now()))
         except asyncio.QueueFull:
             log.error(None, "Dropping event, queue full", reason=reason, object=involved["name"])
 
@@ -78,19 +95,41 @@ class EventRecorder:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._pending.join(), timeout)
         self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+        for write in list(self._writes):
+            write.cancel()
+        await asyncio.gather(self._task, *self._writes, return_exceptions=True)
 
     async def _send_loop(self) -> None:
         while True:
             item = await self._pending.get()
-            try:
-                await self._send(**item)
-            except (ApiError, TransportError) as err:
-                log.error(err, "Failed to write event", reason=item["reason"], object=item["involved"]["name"])
-            finally:
-                self._pending.task_done()
+            await self._slots.acquire()
+            while self._writes and self.client.throttled():
+                # Rate limited: one write at a time, as client-go's sender, so events do not take
+                # more of the client's tokens from the pod writes than they would in KCM.
+                await asyncio.wait(set(self._writes), return_when=asyncio.FIRST_COMPLETED)
+            uid = item.involved["uid"] or item.involved["name"]
+            write = asyncio.get_running_loop().create_task(self._write(item, uid, self._last_write.get(uid)))
+            self._last_write[uid] = write
+            self._writes.add(write)
+            write.add_done_callback(self._writes.discard)
 
-    async def _send(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    async def _write(self, item: _Pending, uid: str, previous: asyncio.Task | None) -> None:
+        try:
+            if previous is not None and not previous.done():
+                # Same object: in order, so a repeat finds the event its predecessor created.
+                await asyncio.wait([previous])
+            await self._send(item.involved, item.type_, item.reason, item.message, item.at)
+        except (ApiError, TransportError) as err:
+            log.error(err, "Failed to write event", reason=item.reason, object=item.involved["name"])
+        finally:
+            if self._last_write.get(uid) is asyncio.current_task():
+                del self._last_write[uid]
+            self._slots.release()
+            self._pending.task_done()
+
+    async def _send(
+        self, involved: dict[str, Any], type_: str, reason: str, message: str, at: str | None = None
+    ) -> None:
         # client-go's getSpamKey: source (one per recorder), the involved object, and the type.
         spam_key = (*(involved[k] for k in ("kind", "namespace", "name", "uid", "apiVersion")), type_)
         bucket = self._buckets.get(spam_key)
@@ -102,7 +141,7 @@ class EventRecorder:
             return
         namespace = involved["namespace"] or "default"
         key = (involved["uid"], involved["namespace"], involved["name"], type_, reason, message)
-        now = apitime.now()
+        now = at or apitime.now()
         sent = self._sent.get(key)
         if sent is not None:
             try:

@@ -11,9 +11,10 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
+
+import orjson
 
 from pykcm.client.errors import NAMESPACE_TERMINATING_CAUSE, ApiError, NotFound
 from pykcm.client.events import NORMAL, WARNING, EventRecorder
@@ -52,7 +53,9 @@ def pod_from_template(template: dict[str, Any], owner_name: str, controller_ref:
     }
     if controller_ref is not None:
         pod_meta["ownerReferences"] = [dict(controller_ref)]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(template.get("spec") or {})}
+    # A JSON round trip copies plain JSON data about ten times faster than copy.deepcopy.
+    spec = orjson.loads(orjson.dumps(template.get("spec") or {}))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": spec}
 
 
 class PodControl:

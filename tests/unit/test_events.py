@@ -3,6 +3,7 @@ client-go's EventCorrelator: LRU caches of 4,096 entries (tools/record/events_ca
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any
 
@@ -12,16 +13,30 @@ from pykcm.client.resources import Resource
 
 
 class FakeApi:
-    def __init__(self) -> None:
+    def __init__(self, latency: float = 0.0) -> None:
         self.created: list[dict] = []
         self.patched: list[str] = []
         self._names = itertools.count()
+        self.latency = latency
+        self.in_flight = self.most_in_flight = 0
+        self.limited = False
+
+    def throttled(self) -> bool:
+        return self.limited
+
+    async def _answer(self) -> None:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(self.latency)
+        self.in_flight -= 1
 
     async def create(self, res: Resource, body: dict, namespace: str | None = None) -> dict:
+        await self._answer()
         self.created.append(body)
         return {**body, "metadata": {**body["metadata"], "name": f"e{next(self._names)}"}}
 
     async def patch(self, res: Resource, name: str, body: dict, **_: Any) -> dict:
+        await self._answer()
         self.patched.append(name)
         return {}
 
@@ -74,3 +89,35 @@ async def test_spam_key_includes_the_event_type_as_client_go() -> None:
         await send(recorder, pod(0), events.NORMAL)
     await send(recorder, pod(0), events.WARNING)  # its own bucket: not throttled by the Normal ones
     assert api.created[-1]["type"] == events.WARNING
+
+
+async def test_a_burst_is_written_several_at_a_time_without_drops() -> None:
+    api = FakeApi(latency=0.005)
+    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
+    for i in range(events.MAX_PENDING):
+        recorder.record(pod(i % 50), events.NORMAL, "SuccessfulCreate", f"Created pod: p{i}")
+    await recorder.close(timeout=30)
+    assert len(api.created) == events.MAX_PENDING
+    assert api.most_in_flight == events.SENDERS
+
+
+async def test_one_objects_events_are_written_in_order_and_a_repeat_patches() -> None:
+    api = FakeApi(latency=0.005)
+    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
+    for message in ("a", "b", "a", "c", "a"):
+        recorder.record(pod(0), events.WARNING, "FailedCreate", message)
+    recorder.record(pod(1), events.WARNING, "FailedCreate", "a")
+    await recorder.close()
+    assert [e["message"] for e in api.created if e["involvedObject"]["name"] == "p0"] == ["a", "b", "c"]
+    assert len(api.patched) == 2 and len(set(api.patched)) == 1  # p0's "a" counted twice more on one Event
+
+
+async def test_while_the_client_is_throttled_events_are_written_one_at_a_time() -> None:
+    api = FakeApi(latency=0.005)
+    api.limited = True
+    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
+    for i in range(20):
+        recorder.record(pod(i), events.NORMAL, "SuccessfulCreate", f"Created pod: p{i}")
+    await recorder.close()
+    assert len(api.created) == 20
+    assert api.most_in_flight == 1
