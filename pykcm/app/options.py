@@ -144,6 +144,8 @@ class Options:
     authentication_kubeconfig: str | None = None  # None: the main credentials
     authorization_kubeconfig: str | None = None  # None: the main credentials
     authorization_always_allow_paths: list[str] = field(default_factory=lambda: list(DEFAULT_ALWAYS_ALLOW_PATHS))
+    # uvloop's event loop where it is installed (pykcm/app/eventloop.py); False: asyncio's own.
+    uvloop: bool = True
 
     def validate(self) -> None:
         for name in ("concurrent_replicaset_syncs", "concurrent_namespace_syncs", "kube_api_burst"):

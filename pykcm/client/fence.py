@@ -21,6 +21,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
+from typing import Any, Protocol
 
 from pykcm.client.errors import TransportError
 
@@ -36,7 +37,7 @@ _SENDING: ContextVar[tuple[str, str] | None] = ContextVar("pykcm_sending", defau
 
 @contextlib.contextmanager
 def sending(method: str, path: str) -> Iterator[None]:
-    """Name the request this task sends while the block runs, for guard_transport()."""
+    """Name the request this task sends while the block runs, for guard_connection()."""
     token = _SENDING.set((method, path))
     try:
         yield
@@ -99,27 +100,46 @@ class WriteFence:
             self.check(*request)
 
 
-def guard_transport(transport: asyncio.WriteTransport, fence: WriteFence) -> None:
-    """Make `transport` check the fence for the request being sent before it takes any bytes.
+class FencedTransport:
+    """A connection's transport whose writes check the fence for the request being sent before
+    they take any bytes; everything else is the wrapped transport's.
 
-    The check and the hand-over are one synchronous step: asyncio's socket and TLS transports
-    call send() on the socket before write() returns (unless the kernel buffer is full), so no
-    other code of this process runs in between and a refused request leaves nothing half sent.
-    Idempotent: a pooled connection is guarded once.
+    The check and the hand-over are one synchronous step: the socket and TLS transports of both
+    asyncio and uvloop call send() on the socket before write() returns (unless the kernel buffer
+    is full), so no other code of this process runs in between and a refused request leaves
+    nothing half sent. A wrapper rather than patched methods: uvloop's transports are extension
+    types whose methods cannot be replaced on an instance.
     """
-    if getattr(transport, "_pykcm_fence", None) is fence:
+
+    __slots__ = ("fence", "transport")
+
+    def __init__(self, transport: asyncio.WriteTransport, fence: WriteFence) -> None:
+        self.transport = transport
+        self.fence = fence
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.fence.check_sending()
+        self.transport.write(data)
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        self.fence.check_sending()
+        self.transport.writelines(list_of_data)
+
+    def is_closing(self) -> bool:  # asked before every write
+        return self.transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+class _HasTransport(Protocol):
+    transport: Any
+
+
+def guard_connection(protocol: _HasTransport, fence: WriteFence) -> None:
+    """Make the writes of a connection's protocol (aiohttp writes through `protocol.transport`)
+    go through a FencedTransport. Idempotent: a pooled connection is guarded once."""
+    transport = protocol.transport
+    if transport is None or (isinstance(transport, FencedTransport) and transport.fence is fence):
         return
-    write, writelines = transport.write, transport.writelines
-
-    def checked_write(data: bytes | bytearray | memoryview) -> None:
-        fence.check_sending()
-        write(data)
-
-    def checked_writelines(list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
-        fence.check_sending()
-        writelines(list_of_data)
-
-    # Instance attributes shadow the class's methods for this transport only.
-    transport.write = checked_write  # type: ignore[method-assign]
-    transport.writelines = checked_writelines  # type: ignore[method-assign]
-    transport._pykcm_fence = fence  # type: ignore[attr-defined]
+    protocol.transport = FencedTransport(transport, fence)

@@ -17,7 +17,7 @@ from pykcm.client import metrics
 from pykcm.client.certrotation import CLIENT_CERT_REFRESH, ClientCertRotation
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import TooManyRequests, TransportError, error_from_status
-from pykcm.client.fence import FencedWrite, WriteFence, guard_transport, sending
+from pykcm.client.fence import FencedWrite, WriteFence, guard_connection, sending
 from pykcm.client.resources import Resource
 from pykcm.util.flowcontrol import TokenBucket
 
@@ -86,7 +86,7 @@ class _Transport:
 
 
 class FencedConnector(aiohttp.TCPConnector):
-    """Guards every connection it hands out with the write fence (fence.guard_transport): a write
+    """Guards every connection it hands out with the write fence (fence.guard_connection): a write
     is checked when its bytes go to the socket, not some event-loop iterations earlier (aiohttp
     sends a request body from a task of its own, which a busy loop may start milliseconds later)."""
 
@@ -96,8 +96,8 @@ class FencedConnector(aiohttp.TCPConnector):
 
     async def connect(self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout) -> Any:
         conn = await super().connect(req, traces, timeout)
-        if conn.transport is not None:
-            guard_transport(conn.transport, self._fence)
+        if conn.protocol is not None:
+            guard_connection(conn.protocol, self._fence)
         return conn
 
 

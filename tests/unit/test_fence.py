@@ -4,16 +4,20 @@ successful renewal was sent, and no renewal while the main event loop is wedged.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from pykcm.app import eventloop
 from pykcm.app.leaderelection import LeaderElector, LeaseLock
 from pykcm.client.config import ClientConfig
 from pykcm.client.fence import FencedWrite, WriteFence
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient
+from pykcm.serving.certs import self_signed_certificate
 from tests.support import loopback_server
 from tests.unit.test_leaderelection import DEFAULTS, FakeClock, FakeLeaseApi
 
@@ -136,6 +140,56 @@ async def test_a_guarded_connection_carries_writes_in_the_window_and_reads_after
     finally:
         await client.close()
     assert received == ["POST /api/v1/namespaces/a/configmaps", "GET /api/v1/namespaces/a/configmaps/c"]
+
+
+LOOPS = [
+    "asyncio",
+    pytest.param("uvloop", marks=pytest.mark.skipif(eventloop.loop_factory(True) is None, reason="no uvloop")),
+]
+
+
+def tls_contexts(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    cert, key = self_signed_certificate("127.0.0.1")
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname, client.verify_mode = False, ssl.CERT_NONE
+    return server, client
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+@pytest.mark.parametrize("loop", LOOPS)
+def test_the_check_at_the_socket_holds_on_either_event_loop(loop: str, tls: bool, tmp_path: Path) -> None:
+    """uvloop's transports are extension types (their write cannot be replaced on an instance):
+    the fence wraps the connection's transport instead, and its check still comes first."""
+    server_tls, client_tls = tls_contexts(tmp_path) if tls else (None, None)
+    received: list[str] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        received.append(f"{request.method} {request.path}")
+        return web.json_response({"kind": "ConfigMap", "metadata": {"name": "c"}})
+
+    async def scenario() -> tuple[str, list[str]]:
+        async with loopback_server(handle, server_tls) as url:
+            clock = FreezingClock(ticks=1, freeze=30.0)  # a read never looks; the write's second look fails
+            fence, refusals = armed_fence(clock, renew_sent=clock.now)
+            client = RestClient(ClientConfig(host=url, ssl_context=client_tls, qps=1000, burst=1000, write_fence=fence))
+            try:
+                await client.get(CONFIGMAPS, "c", "a")
+                with pytest.raises(FencedWrite):
+                    await client.create(CONFIGMAPS, {"metadata": {"name": "c"}}, "a")
+                await asyncio.sleep(0.1)  # anything sent would have arrived by now
+            finally:
+                await client.close()
+        return eventloop.implementation(asyncio.get_running_loop()), refusals
+
+    implementation, refusals = eventloop.run(scenario(), use_uvloop=loop == "uvloop")
+    assert implementation == loop
+    assert received == ["GET /api/v1/namespaces/a/configmaps/c"]
+    assert len(refusals) == 1
 
 
 class SlowLeaseApi(FakeLeaseApi):
