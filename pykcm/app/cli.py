@@ -177,7 +177,7 @@ def _run_manager(options: Options, classes: list, watch: ControlPlane | None = N
 async def _serve(manager, watch: ControlPlane | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    log.info("Event loop", implementation=eventloop.implementation(loop))
+    log.v(2).info("Event loop", implementation=eventloop.implementation(loop))
 
     def on_signal(signum: int) -> None:
         if stop.is_set():  # a second Ctrl-C means "now"

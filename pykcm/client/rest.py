@@ -58,7 +58,10 @@ class _Transport:
                 else aiohttp.TCPConnector(ssl=self._ssl_context or False, limit=CONNECTIONS)
             )
             self._session = aiohttp.ClientSession(
-                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode()
+                connector=connector,
+                json_serialize=lambda o: orjson.dumps(o).decode(),
+                # No cookies, as client-go (a nil Jar): nothing to match or store per request.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 

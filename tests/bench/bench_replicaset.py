@@ -10,8 +10,9 @@ namespace and:
 2. scale down: all scaled to 0; time until every status says 0 at the new generation.
 
 For the controller-manager process: peak RSS (VmHWM) and CPU seconds (utime+stime) over both
-phases, from /proc. Finally the apiserver's own ceiling: pods/s a fast concurrent client can
-create. Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10]
+phases, from /proc, and the events it wrote (2,000 recorded: one per pod created or deleted).
+Finally the apiserver's own ceiling: pods/s a fast concurrent client can create.
+Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10]
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pykcm.client.resources import PODS, REPLICASETS
+from pykcm.client.resources import EVENTS, PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
@@ -49,6 +50,7 @@ class Result:
     scale_down: float = float("nan")
     cpu: float = float("nan")
     rss: float = float("nan")
+    events: float = float("nan")
     notes: list[str] = field(default_factory=list)
 
 
@@ -88,7 +90,15 @@ async def run_workload(api: RestClient, ns: str, count: int, replicas: int, pid:
     result.scale_down = await wait_settled(api, ns, count, 0) - started
     result.cpu = cpu_seconds(pid) - cpu_before
     result.rss = peak_rss_mib(pid)
+    result.events = await events_recorded(api, ns)
     return result
+
+
+async def events_recorded(api: RestClient, ns: str) -> float:
+    """Occurrences the controller wrote as Events (a repeat counts once more on its Event): a
+    controller that drops events under load does less work than one that writes them all."""
+    await asyncio.sleep(2.0)  # let a sender queue drain after the last status settled
+    return float(sum(e.get("count") or 1 for e in (await api.list(EVENTS, ns))["items"]))
 
 
 async def cleanup(api: RestClient, ns: str) -> None:
@@ -153,6 +163,7 @@ def print_table(rows: list[tuple[str, Result, Result]], ceiling: float, count: i
             Figure("scale down (s)", kcm.scale_down, ours.scale_down),
             Figure("CPU, both phases (s)", kcm.cpu, ours.cpu),
             Figure("peak RSS (MiB)", kcm.rss, ours.rss, "{:.0f}"),
+            Figure("events written", kcm.events, ours.events, "{:.0f}"),
         ], kcm.notes + ours.notes)
         for limits, kcm, ours in rows
     ]
