@@ -220,13 +220,17 @@ class RestClient:
                 if resp.status >= 300:
                     raise error_from_status(resp.status, _decode(await resp.read()))
                 buffer = b""
-                # Lines can be far larger than aiohttp's readline limit (big CRDs), so split by hand.
+                # Lines can be far larger than aiohttp's readline limit (big CRDs), so split by hand;
+                # a chunk often holds many events: walk it by offset, keep only the unfinished tail.
                 async for chunk in resp.content.iter_any():
-                    buffer += chunk
-                    while (newline := buffer.find(b"\n")) >= 0:
-                        line, buffer = buffer[:newline], buffer[newline + 1 :]
-                        if line.strip():
+                    buffer = buffer + chunk if buffer else chunk
+                    start = 0
+                    while (newline := buffer.find(b"\n", start)) >= 0:
+                        line = buffer[start:newline]
+                        start = newline + 1
+                        if line and not line.isspace():
                             yield orjson.loads(line)
+                    buffer = buffer[start:]
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise TransportError(f"watch {path}: {exc or type(exc).__name__}") from None
 
