@@ -1,15 +1,18 @@
 """Kubernetes Events for controllers, aggregated like client-go's EventCorrelator.
 
-`record()` never blocks a sync: events go through a bounded in-memory queue to a sender task
-that keeps up to SENDERS writes in flight while the client's rate limiter has tokens to spare
-(client-go's single sender goroutine keeps up at a millisecond a write; one request at a time
-here would fill the queue and drop events during a burst of pod creations) and one while it is
-throttled, as client-go; one at a time per involved object, in the order recorded. A repeat of
+`record()` never blocks a sync: events go through a bounded in-memory queue (MAX_PENDING, as
+client-go's) to a sender task. It writes one event at a time, as client-go's sender goroutine,
+so events take no more of the client's rate limit from pod writes than in KCM; only while the
+backlog passes BACKLOG (a burst of pod creations outpacing one write at a time, which would
+fill the queue and drop events) and the client's rate limiter has tokens to spare does it keep
+up to SENDERS writes in flight. Writes about one object stay in the order recorded. A repeat of
 the same (object, type, reason, message) bumps `count` and `lastTimestamp` on the existing
 Event with a PATCH instead of creating another; each object and event type has a token bucket
 (burst 25, one more per 5 minutes) so a hot loop cannot flood the API. Both memories are LRU
 caches of 4,096 entries, as client-go's (tools/record/events_cache.go), so a long-running
-process that events about ever new objects stays bounded.
+process that events about ever new objects stays bounded. Events dropped on a full queue are
+logged at most once a minute, with their number (client-go drops them at its sender's queue
+without a word).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +39,9 @@ SPAM_BURST = 25
 SPAM_QPS = 1.0 / 300.0
 MAX_PENDING = 1000  # client-go's broadcaster queue length; beyond it events are dropped, never blocking
 MAX_TRACKED = 4096  # entries of each LRU: spam-filter buckets, sent events (client-go's maxLruCacheEntries)
-SENDERS = 8  # event writes in flight at once
+SENDERS = 8  # event writes in flight at once while catching up
+BACKLOG = MAX_PENDING // 4  # queued events above which the sender catches up
+DROP_LOG_INTERVAL = 60.0  # seconds between two "Dropping events" lines
 
 log = get_logger("events")
 
@@ -69,6 +75,8 @@ class EventRecorder:
         # The write in flight last for each involved object (by uid): the next one waits for it.
         self._last_write: dict[str, asyncio.Task] = {}
         self._writes: set[asyncio.Task] = set()
+        self._dropped = 0  # since the last "Dropping events" line
+        self._drop_logged_at = -DROP_LOG_INTERVAL
 
     def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Queue an event about `obj` (a full object or one with kind/apiVersion/metadata)."""
@@ -86,7 +94,12 @@ class EventRecorder:
         try:
             self._pending.put_nowait(_Pending(involved, type_, reason, message, apitime.now()))
         except asyncio.QueueFull:
-            log.error(None, "Dropping event, queue full", reason=reason, object=involved["name"])
+            self._dropped += 1
+            now = time.monotonic()
+            if now - self._drop_logged_at >= DROP_LOG_INTERVAL:
+                log.error(None, "Dropping events, queue full", dropped=self._dropped, reason=reason,
+                          object=involved["name"])
+                self._dropped, self._drop_logged_at = 0, now
 
     async def close(self, timeout: float = 5.0) -> None:
         """Flush queued events (bounded by `timeout`), then stop the sender."""
@@ -103,15 +116,17 @@ class EventRecorder:
         while True:
             item = await self._pending.get()
             await self._slots.acquire()
-            while self._writes and self.client.throttled():
-                # Rate limited: one write at a time, as client-go's sender, so events do not take
-                # more of the client's tokens from the pod writes than they would in KCM.
+            while self._writes and not self._catching_up():
                 await asyncio.wait(set(self._writes), return_when=asyncio.FIRST_COMPLETED)
             uid = item.involved["uid"] or item.involved["name"]
             write = asyncio.get_running_loop().create_task(self._write(item, uid, self._last_write.get(uid)))
             self._last_write[uid] = write
             self._writes.add(write)
             write.add_done_callback(self._writes.discard)
+
+    def _catching_up(self) -> bool:
+        """Whether to start another write while one is in flight: a backlog, and tokens to spare."""
+        return self._pending.qsize() >= BACKLOG and not self.client.throttled()
 
     async def _write(self, item: _Pending, uid: str, previous: asyncio.Task | None) -> None:
         try:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from typing import Any
+
+import pytest
 
 from pykcm.client import events
 from pykcm.client.events import EventRecorder
@@ -99,6 +102,27 @@ async def test_a_burst_is_written_several_at_a_time_without_drops() -> None:
     await recorder.close(timeout=30)
     assert len(api.created) == events.MAX_PENDING
     assert api.most_in_flight == events.SENDERS
+
+
+async def test_without_a_backlog_events_are_written_one_at_a_time() -> None:
+    api = FakeApi(latency=0.005)
+    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
+    for i in range(events.BACKLOG - 1):
+        recorder.record(pod(i), events.NORMAL, "SuccessfulCreate", f"Created pod: p{i}")
+    await recorder.close(timeout=30)
+    assert len(api.created) == events.BACKLOG - 1
+    assert api.most_in_flight == 1
+
+
+async def test_drops_are_counted_and_logged_at_most_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    recorder = EventRecorder(FakeApi(latency=1.0), "c", host="h")  # type: ignore[arg-type]
+    with caplog.at_level(logging.ERROR, logger="pykcm.events"):
+        for i in range(events.MAX_PENDING + 300):
+            recorder.record(pod(i), events.NORMAL, "SuccessfulCreate", f"Created pod: p{i}")
+    await recorder.close(timeout=0.1)
+    drops = [r for r in caplog.records if r.getMessage() == "Dropping events, queue full"]
+    assert len(drops) == 1
+    assert recorder._dropped > 250  # counted for the next line
 
 
 async def test_one_objects_events_are_written_in_order_and_a_repeat_patches() -> None:
