@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import copy
 import enum
+import re
 import sys
 import tempfile
 import time
@@ -67,8 +68,10 @@ PROGRESS_EVERY = 15.0
 PHASE_TIMEOUT = 900.0
 READY_TIMEOUT = 120.0
 EVENTS_SETTLE = 60.0
-# What an event recorder logs when its queue is full: pykcm's, and client-go's (KCM).
-DROPPED_EVENT_LINES = ("Dropping event, queue full", "too many queued events")  # nodes untainted, pykcm's caches synced
+# What an event recorder logs when its queue is full: pykcm's (at most once a minute, with the
+# number dropped since its last line), and client-go's (KCM: one line per event).
+PYKCM_DROPPED = re.compile(r'"Dropping events, queue full" dropped=(\d+)')
+KCM_DROPPED_LINE = "too many queued events"
 
 
 class Side(enum.Enum):
@@ -306,9 +309,14 @@ async def bench_side(plane: ControlPlane, side: Side, qps: int, burst: int, work
             await pykcm.wait(60)
     logs = {"KCM": kcm.log_path.read_text(errors="replace"), "pykcm": pykcm.log() if pykcm else ""}
     for who, text in logs.items():
-        if dropped := sum(text.count(line) for line in DROPPED_EVENT_LINES):
+        if dropped := dropped_events(text):
             result.notes.append(f"{side.value} side: {who} logged {dropped} dropped events (recorder queue full)")
     return result
+
+
+def dropped_events(log_text: str) -> int:
+    """Events a controller manager's log says its recorder dropped."""
+    return sum(int(n) for n in PYKCM_DROPPED.findall(log_text)) + log_text.count(KCM_DROPPED_LINE)
 
 
 def run_side(root: Path, side: Side, qps: int, burst: int, work: Work, deadline: float) -> Result:
