@@ -20,11 +20,10 @@ if TYPE_CHECKING:
 
 # The controllers pykcm runs in place of KCM's; a unit test keeps this equal to the built-ins.
 PYKCM_CONTROLLERS = ("replicaset-controller", "namespace-controller", "serviceaccount-controller")
-# kubeadm runs KCM with '*,bootstrap-signer-controller,token-cleaner-controller' (a worker's join
-# needs the bootstrap signer); pykcm's three are taken out of that. deploy/kind uses this value.
-KCM_CONTROLLERS = ",".join(
-    ("*", "bootstrap-signer-controller", "token-cleaner-controller", *(f"-{name}" for name in PYKCM_CONTROLLERS))
-)
+# What kubeadm runs KCM with (a worker's join needs the bootstrap signer): every controller.
+KUBEADM_CONTROLLERS = "*,bootstrap-signer-controller,token-cleaner-controller"
+# The same with pykcm's three taken out. deploy/kind uses this value.
+KCM_CONTROLLERS = ",".join((KUBEADM_CONTROLLERS, *(f"-{name}" for name in PYKCM_CONTROLLERS)))
 SCHEDULER = "kube-scheduler"
 SCHEDULER_READY_TIMEOUT = 60.0
 

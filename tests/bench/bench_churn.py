@@ -41,22 +41,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain s
 from pykcm.client.resources import LEASES, PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.testenv.build import KUBERNETES_VERSION
-from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
-from pykcm.testenv.nodes import KCM_CONTROLLERS, PYKCM_CONTROLLERS
+from pykcm.testenv.nodes import KCM_CONTROLLERS, KUBEADM_CONTROLLERS, PYKCM_CONTROLLERS
 from tests.bench.common import (
     Figure,
     bounded,
     bucket_quantile,
     cpu_seconds,
     histogram_buckets,
+    on_fresh_cluster,
     peak_rss_mib,
     pykcm_env,
     side_by_side,
 )
 from tests.support import PykcmProcess, admin_client, create_namespace, free_port, https_get, replicaset_manifest
 
-KCM_ALL = "*,bootstrap-signer-controller,token-cleaner-controller"
 QUEUES = ("replicaset", "namespace", "serviceaccount")
 QUEUE_DURATION = "workqueue_queue_duration_seconds_bucket"
 LAG = "pykcm_event_loop_lag_seconds_bucket"
@@ -263,17 +262,13 @@ async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Work, kcm_port
 
 def run_side(root: Path, pykcm_side: bool, work: Work) -> Result:
     name = "pykcm" if pykcm_side else "kcm"
-    print(f"[bench] {name} side, cluster in {root / name}", flush=True)
-    controllers = KCM_CONTROLLERS if pykcm_side else KCM_ALL
     kcm_args = (f"--kube-api-qps={work.qps}", f"--kube-api-burst={work.qps}", "--leader-elect=true")
-    try:
-        with running(root / name, log=lambda m: print(f"[testenv] {m}", flush=True), nodes=work.nodes,
-                     kcm_controllers=controllers, kcm_args=kcm_args) as plane:
-            kcm_port = plane.kcm_processes()[0].port
-            return asyncio.run(bench_side(plane, pykcm_side, work, kcm_port))
-    except Exception as err:
-        print(f"[bench] {name} side failed: {err!r}", flush=True)
-        return Result(notes=[f"{name}: failed: {err!r}"[:300]])
+
+    async def bench(plane: ControlPlane) -> Result:
+        return await bench_side(plane, pykcm_side, work, plane.kcm_processes()[0].port)
+
+    return on_fresh_cluster(root / name, f"{name} side", bench, lambda note: Result(notes=[note]), nodes=work.nodes,
+                            kcm_controllers=KCM_CONTROLLERS if pykcm_side else KUBEADM_CONTROLLERS, kcm_args=kcm_args)
 
 
 def figures(kcm: Result, ours: Result) -> list[Figure]:

@@ -4,7 +4,7 @@ Not a test: a script that prints a table. For each client limit (--kube-api-qps/
 and each side, a fresh local cluster with nodes (etcd, kube-apiserver, kube-scheduler, kwok nodes
 whose pods become Running and Ready):
 
-- KCM side: kube-controller-manager runs every controller (as kubeadm: KCM_ALL);
+- KCM side: kube-controller-manager runs every controller (as kubeadm: KUBEADM_CONTROLLERS);
 - pykcm side: KCM runs every controller but pykcm's three (KCM_CONTROLLERS: the Deployment
   controller, the garbage collector ... stay in KCM) and pykcm runs those three as a child process
   (`python -m pykcm.app.cli run`). Both with the client limit under test and each controller
@@ -49,15 +49,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain s
 from pykcm.client.resources import DEPLOYMENTS, EVENTS, NODES, PODS, REPLICASETS, Resource
 from pykcm.client.rest import RestClient
 from pykcm.testenv.build import KUBERNETES_VERSION
-from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.kwok import FAKE_NODE_LABEL
-from pykcm.testenv.nodes import KCM_CONTROLLERS
+from pykcm.testenv.nodes import KCM_CONTROLLERS, KUBEADM_CONTROLLERS
 from pykcm.util.apitime import parse_time
-from tests.bench.common import Figure, bounded, cpu_seconds, peak_rss_mib, pykcm_env, side_by_side
+from tests.bench.common import Figure, bounded, cpu_seconds, on_fresh_cluster, peak_rss_mib, pykcm_env, side_by_side
 from tests.support import PykcmProcess, admin_client, create_namespace, replicaset_manifest
 
-KCM_ALL = "*,bootstrap-signer-controller,token-cleaner-controller"  # what kubeadm runs
 NEW_IMAGE = "registry.k8s.io/pause:3.10.1"  # never pulled: kwok plays the kubelet
 # Pods take kwok's graceful way out (Terminating, then deleted once the period is over) without
 # the default 30 s that would only pad the deletion phase.
@@ -320,25 +318,16 @@ def dropped_events(log_text: str) -> int:
 
 
 def run_side(root: Path, side: Side, qps: int, burst: int, work: Work, deadline: float) -> Result:
-    """A fresh cluster for one side and client limit, so caches and etcd start out equal. A side
-    that fails (or gets no time left) is a note in the table, not the end of the run."""
+    """One side at one client limit, on a fresh cluster; a side that gets no time left is a note."""
     if time.monotonic() > deadline:
         return Result(notes=[f"{side.value}: skipped, --timeout reached"])
-    try:
-        return run_side_on_fresh_cluster(root, side, qps, burst, work, deadline)
-    except Exception as err:
-        print(f"[bench] {side.value} side failed: {err!r}", flush=True)
-        return Result(notes=[f"{side.value}: failed: {err!r}"[:300]])
-
-
-def run_side_on_fresh_cluster(root: Path, side: Side, qps: int, burst: int, work: Work, deadline: float) -> Result:
-    controllers = KCM_ALL if side is Side.KCM else KCM_CONTROLLERS
+    controllers = KUBEADM_CONTROLLERS if side is Side.KCM else KCM_CONTROLLERS
     kcm_args = ("--use-service-account-credentials=true", f"--kube-api-qps={qps}", f"--kube-api-burst={burst}")
-    directory = root / f"{side.value.lower()}-{qps}-{burst}"
-    print(f"[bench] qps {qps}/burst {burst}: {side.value} side, cluster in {directory}", flush=True)
-    with running(directory, nodes=work.nodes, kcm_controllers=controllers, kcm_args=kcm_args,
-                 log=lambda m: print(f"[testenv] {m}", flush=True)) as plane:
-        return asyncio.run(bench_side(plane, side, qps, burst, work, deadline))
+    return on_fresh_cluster(
+        root / f"{side.value.lower()}-{qps}-{burst}", f"qps {qps}/burst {burst}: {side.value} side",
+        lambda plane: bench_side(plane, side, qps, burst, work, deadline), lambda note: Result(notes=[note]),
+        nodes=work.nodes, kcm_controllers=controllers, kcm_args=kcm_args,
+    )
 
 
 # -- report -----------------------------------------------------------------------------------------

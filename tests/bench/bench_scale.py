@@ -43,7 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain s
 from pykcm.client.resources import PODS, REPLICASETS
 from pykcm.client.rest import RestClient
 from pykcm.testenv.build import KUBERNETES_VERSION
-from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
 from tests.bench.common import (
     Figure,
@@ -51,6 +50,7 @@ from tests.bench.common import (
     bucket_quantile,
     cpu_seconds,
     histogram_buckets,
+    on_fresh_cluster,
     peak_rss_mib,
     pykcm_env,
     rss_mib,
@@ -339,13 +339,8 @@ async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Work) -> Resul
 
 def run_side(root: Path, pykcm_side: bool, work: Work) -> Result:
     name = "pykcm" if pykcm_side else "kcm"
-    print(f"[bench] {name} side, cluster in {root / name}", flush=True)
-    try:
-        with running(root / name, log=lambda m: print(f"[testenv] {m}", flush=True)) as plane:
-            return asyncio.run(bench_side(plane, pykcm_side, work))
-    except Exception as err:
-        print(f"[bench] {name} side failed: {err!r}", flush=True)
-        return Result(notes=[f"{name}: failed: {err!r}"[:300]])
+    return on_fresh_cluster(root / name, f"{name} side", lambda plane: bench_side(plane, pykcm_side, work),
+                            lambda note: Result(notes=[note]))
 
 
 # -- report -----------------------------------------------------------------------------------------

@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from pykcm.testenv.cluster import running
+from pykcm.testenv.controlplane import ControlPlane
 
 T = TypeVar("T")
 
@@ -57,6 +60,23 @@ async def bounded(coros: Iterable[Awaitable[T]], limit: int) -> list[T]:
             return await coro
 
     return await asyncio.gather(*(one(c) for c in coros))
+
+
+# -- one side ---------------------------------------------------------------------------------------
+
+
+def on_fresh_cluster(directory: Path, label: str, bench: Callable[[ControlPlane], Awaitable[T]],
+                     failed: Callable[[str], T], **cluster: Any) -> T:
+    """`bench` on a fresh local cluster (`running(directory, **cluster)`), so caches and etcd start
+    out equal for both sides; a side that fails is `failed(note)`, a note in the table rather than
+    the end of the run."""
+    print(f"[bench] {label}, cluster in {directory}", flush=True)
+    try:
+        with running(directory, log=lambda m: print(f"[testenv] {m}", flush=True), **cluster) as plane:
+            return asyncio.run(bench(plane))
+    except Exception as err:
+        print(f"[bench] {label} failed: {err!r}", flush=True)
+        return failed(f"{label}: failed: {err!r}"[:300])
 
 
 # -- Prometheus histograms --------------------------------------------------------------------------
