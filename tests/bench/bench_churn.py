@@ -49,6 +49,7 @@ from tests.bench.common import (
     bucket_quantile,
     cpu_seconds,
     histogram_buckets,
+    lag_figures,
     on_fresh_cluster,
     peak_rss_mib,
     pykcm_env,
@@ -58,7 +59,6 @@ from tests.support import PykcmProcess, admin_client, create_namespace, free_por
 
 QUEUES = ("replicaset", "namespace", "serviceaccount")
 QUEUE_DURATION = "workqueue_queue_duration_seconds_bucket"
-LAG = "pykcm_event_loop_lag_seconds_bucket"
 REQUEST_CONCURRENCY = 50
 SETTLE_TIMEOUT = 300.0
 
@@ -241,10 +241,7 @@ async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Work, kcm_port
         result.over_created, result.lagging = len(churn.over_created), len(churn.lagging)
         result.cpu, result.peak_rss = cpu_seconds(pid) - cpu, peak_rss_mib(pid)
         if pykcm_side:
-            lag = bucket_quantile(histogram_buckets(after, LAG), 0.99, histogram_buckets(before, LAG))
-            result.lag_p99 = lag
-            result.lag_max = next((float(line.split()[-1]) for line in after.splitlines()
-                                   if line.startswith("pykcm_event_loop_lag_max_seconds ")), None)
+            result.lag_p99, result.lag_max = lag_figures(after, since=before)
         if failures:
             result.notes.append(f"{'pykcm' if pykcm_side else 'KCM'} /healthz: {failures[0]}")
     except TimeoutError as err:

@@ -47,9 +47,8 @@ from pykcm.testenv.controlplane import ControlPlane
 from tests.bench.common import (
     Figure,
     bounded,
-    bucket_quantile,
     cpu_seconds,
-    histogram_buckets,
+    lag_figures,
     on_fresh_cluster,
     peak_rss_mib,
     pykcm_env,
@@ -265,14 +264,6 @@ async def scale_up(api: RestClient, work: Work) -> int:
                              rs["metadata"]["namespace"], content_type="application/merge-patch+json")
                    for rs, n in zip(items, extra, strict=True) if n), REQUEST_CONCURRENCY)
     return sum(extra)
-
-
-def lag_figures(metrics_text: str) -> tuple[float | None, float | None]:
-    """(p99 as the bucket bound it falls under, max) of pykcm's event-loop lag."""
-    p99 = bucket_quantile(histogram_buckets(metrics_text, "pykcm_event_loop_lag_seconds_bucket"), 0.99)
-    maximum = next((float(line.split()[-1]) for line in metrics_text.splitlines()
-                    if line.startswith("pykcm_event_loop_lag_max_seconds ")), None)
-    return p99, maximum
 
 
 # -- one side ---------------------------------------------------------------------------------------

@@ -101,6 +101,17 @@ def bucket_quantile(buckets: dict[float, float], q: float, baseline: dict[float,
     return next(le for le, count in counts if count >= q * counts[-1][1])
 
 
+def lag_figures(metrics_text: str, since: str | None = None) -> tuple[float | None, float | None]:
+    """(p99 as the bucket bound it falls under, max) of pykcm's event-loop lag; the p99 counts only
+    what was observed after `since`, an earlier scrape, when given."""
+    series = "pykcm_event_loop_lag_seconds_bucket"
+    baseline = histogram_buckets(since, series) if since is not None else None
+    p99 = bucket_quantile(histogram_buckets(metrics_text, series), 0.99, baseline)
+    maximum = next((float(line.split()[-1]) for line in metrics_text.splitlines()
+                    if line.startswith("pykcm_event_loop_lag_max_seconds ")), None)
+    return p99, maximum
+
+
 # -- report -----------------------------------------------------------------------------------------
 
 
