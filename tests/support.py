@@ -185,6 +185,11 @@ class PykcmProcess:
             self.proc.wait()
 
 
+def is_ready(obj: dict[str, Any]) -> bool:
+    """A pod's (or node's) Ready condition is True."""
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in obj.get("status", {}).get("conditions", []))
+
+
 async def is_gone(client: RestClient, res: Resource, name: str, namespace: str | None = None) -> bool:
     """True once GET answers 404 (for use with wait_for)."""
     try:

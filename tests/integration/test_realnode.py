@@ -28,7 +28,7 @@ from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.errors import ControlPlaneError
 from pykcm.testenv.images import BUSYBOX_IMAGE
 from pykcm.testenv.processes import process_trees
-from tests.support import admin_client, create_namespace, replicaset_manifest, running_manager, wait_for
+from tests.support import admin_client, create_namespace, is_ready, replicaset_manifest, running_manager, wait_for
 
 pytestmark = [pytest.mark.realnode, pytest.mark.kcm]
 
@@ -61,10 +61,6 @@ def busybox_pod(name: str, command: str = "exec sleep 3600") -> dict[str, Any]:
             }],
         },
     }
-
-
-def is_ready(obj: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in obj.get("status", {}).get("conditions", []))
 
 
 async def ready_pod(client: RestClient, namespace: str, name: str) -> dict[str, Any]:
