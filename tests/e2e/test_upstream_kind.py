@@ -14,7 +14,7 @@ the pause image is the node image's own.
 
 Measured warm on 2 cores: about 9 minutes for both sides (per side: `kind create cluster` 36 s,
 image load 5 s, e2e.test 3.5-4 minutes, delete 3 s). The token-rotation test (about 10 minutes
-a run) runs apart, under the extra marker `slow`. Run with
+a run, 22 minutes both sides) runs apart, under the extra marker `slow`. Run with
 `python -m pytest -m "kind and not slow" tests/e2e/test_upstream_kind.py` (`-m "kind and slow"`
 for the rotation), or as a script: `python -m tests.e2e.test_upstream_kind [--rotation]` prints
 the same table.
