@@ -10,7 +10,6 @@ credential, so a verb missing from deploy/ makes the controllers fail and the sc
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import subprocess
@@ -64,13 +63,20 @@ def render_deploy(kubectl: Path, deploy_dir: Path, components: tuple[str, ...]) 
 
 def install_deploy_credentials(plane: ControlPlane, mode: str) -> Path:
     """Apply deploy/'s RBAC and return a kubeconfig holding only the pykcm ServiceAccount's token."""
+    return install_deploy_credentials_with(plane.kubeconfig, mode, plane.directory / f"pykcm-{mode}.kubeconfig")
+
+
+def install_deploy_credentials_with(admin_kubeconfig: Path, mode: str, kubeconfig: Path) -> Path:
+    """install_deploy_credentials for any cluster (a kind cluster's too): deploy/'s RBAC applied with
+    `admin_kubeconfig`, and `kubeconfig` written with that kubeconfig's cluster (server and CA) and
+    only the pykcm ServiceAccount's token."""
     if mode not in MODES:
         raise ValueError(f"{CREDENTIALS_ENV}={mode!r}: expected one of {', '.join(MODES)}")
     kubectl = ensure_binaries(need_kubectl=True, log=lambda _: None).kubectl
     assert kubectl is not None
     deploy_dir = Path(os.environ.get(DEPLOY_DIR_ENV) or DEPLOY)
     rbac = [o for o in render_deploy(kubectl, deploy_dir, MODES[mode]) if o["kind"] in RBAC_KINDS]
-    admin = ["--kubeconfig", str(plane.kubeconfig)]
+    admin = ["--kubeconfig", str(admin_kubeconfig)]
     subprocess.run(
         [kubectl, *admin, "apply", "--server-side", "--force-conflicts", "-f", "-"],
         input=yaml.safe_dump_all(rbac), capture_output=True, text=True, check=True,
@@ -79,20 +85,24 @@ def install_deploy_credentials(plane: ControlPlane, mode: str) -> Path:
         [kubectl, *admin, "create", "token", "pykcm", "-n", "kube-system", "--duration=3h"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()
-    kubeconfig = plane.directory / f"pykcm-{mode}.kubeconfig"
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "local", "cluster": {
-            "server": plane.apiserver_url,
-            "certificate-authority-data": base64.b64encode(plane.pki.ca_cert.read_bytes()).decode(),
-        }}],
+        "clusters": [{"name": "local", "cluster": _current_cluster(admin_kubeconfig)}],
         "users": [{"name": "pykcm", "user": {"token": token}}],
         "contexts": [{"name": "pykcm", "context": {"cluster": "local", "user": "pykcm"}}],
         "current-context": "pykcm",
     }
     kubeconfig.write_text(yaml.safe_dump(config))
     return kubeconfig
+
+
+def _current_cluster(kubeconfig: Path) -> dict:
+    """The `cluster` entry (server, CA) of a kubeconfig's current context."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    [context] = [c["context"] for c in config["contexts"] if c["name"] == config["current-context"]]
+    [cluster] = [c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"]]
+    return cluster
 
 
 def run_managers_as(kubeconfig: Path, mode: str) -> None:

@@ -1,6 +1,7 @@
 """One e2e.test run on a fresh local cluster, with KCM alone or with pykcm as deployed, and how
-two such runs are compared: the helpers of test_upstream.py (kwok nodes) and
-test_upstream_containers.py (the real node).
+two such runs are compared: the helpers of test_upstream.py (kwok nodes),
+test_upstream_containers.py (the real node) and test_upstream_kind.py (kind clusters, whose
+e2e.test runs go through run_beside_pykcm).
 
 - KCM: the real kube-controller-manager runs every controller (kubeadm's set);
 - pykcm: KCM runs every controller but pykcm's three, and `pykcm run` runs those as deployed:
@@ -19,11 +20,13 @@ from typing import Any
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.e2e import E2ERun, run_e2e
-from pykcm.testenv.nodes import PYKCM_CONTROLLERS
+from pykcm.testenv.nodes import KUBEADM_CONTROLLERS, PYKCM_CONTROLLERS
 from tests.deploy_credentials import install_deploy_credentials
 from tests.support import CONTROLLER_KUBECONFIG_ENV, SA_CREDENTIALS_ENV, PykcmProcess
 
-ALL_KCM_CONTROLLERS = "*,bootstrap-signer-controller,token-cleaner-controller"  # kubeadm's value
+# pykcm as deployed: deploy/'s ServiceAccount and RBAC, each controller as its own ServiceAccount
+# (the KCM of these clusters runs with --use-service-account-credentials too).
+DEPLOY_MODE = "deploy-sa-credentials"
 
 Log = Callable[[str], None]
 # The in-process managers of later tests read these; the runs here must leave them as they were
@@ -40,30 +43,35 @@ def run_on_cluster(
     binary: Path, directory: Path, log: Log, *, pykcm: bool, focus: str, skip: str, timeout: float,
     prepare: Callable[[ControlPlane], None] | None = None, **cluster: Any,
 ) -> E2ERun:
-    """Start a cluster (`cluster` are `running`'s arguments), call `prepare` on it, start pykcm
-    if asked, and run e2e.test with `focus` and `skip` on it."""
-    controllers = {} if pykcm else {"kcm_controllers": ALL_KCM_CONTROLLERS}
+    """Start a cluster (`cluster` are `running`'s arguments), call `prepare` on it, and run
+    e2e.test with `focus` and `skip` on it (beside pykcm if asked)."""
+    controllers = {} if pykcm else {"kcm_controllers": KUBEADM_CONTROLLERS}
     with running(directory / "cluster", log=log, **controllers, **cluster) as plane:
         if prepare is not None:
             prepare(plane)
-        manager = None
-        if pykcm:
-            manager = PykcmProcess("--kubeconfig", str(_deploy_credentials(plane)), "--use-service-account-credentials",
-                                   log_path=directory / "pykcm.log")
-            _wait_for_caches(manager)
-        try:
-            return run_e2e(binary, plane.kubeconfig, directory / "report", focus=focus, skip=skip,
-                           timeout=timeout, kubectl=plane.binaries.kubectl, log=log)
-        finally:
-            if manager is not None:
-                _stop(manager)
+        # Only this run's pykcm gets the kubeconfig: the tests after this module must not inherit it.
+        credentials = install_deploy_credentials(plane, DEPLOY_MODE) if pykcm else None
+        return run_beside_pykcm(binary, plane.kubeconfig, plane.binaries.kubectl, directory, log, credentials,
+                                focus=focus, skip=skip, timeout=timeout)
 
 
-def _deploy_credentials(plane: ControlPlane) -> Path:
-    """pykcm as deployed: deploy/'s ServiceAccount and RBAC, each controller as its own
-    ServiceAccount (the KCM of these clusters runs with --use-service-account-credentials too).
-    Only this run's pykcm gets the kubeconfig: the tests after this module must not inherit it."""
-    return install_deploy_credentials(plane, "deploy-sa-credentials")
+def run_beside_pykcm(
+    binary: Path, kubeconfig: Path, kubectl: Path | None, directory: Path, log: Log, pykcm_kubeconfig: Path | None,
+    *, focus: str, skip: str, timeout: float,
+) -> E2ERun:
+    """e2e.test on a running cluster, with `pykcm run` from outside if `pykcm_kubeconfig` is given
+    (deploy/'s credentials, see install_deploy_credentials) until e2e.test is done."""
+    manager = None
+    if pykcm_kubeconfig is not None:
+        manager = PykcmProcess("--kubeconfig", str(pykcm_kubeconfig), "--use-service-account-credentials",
+                               log_path=directory / "pykcm.log")
+        _wait_for_caches(manager)
+    try:
+        return run_e2e(binary, kubeconfig, directory / "report", focus=focus, skip=skip, timeout=timeout,
+                       kubectl=kubectl, log=log)
+    finally:
+        if manager is not None:
+            _stop(manager)
 
 
 def _wait_for_caches(manager: PykcmProcess, timeout: float = 60.0) -> None:

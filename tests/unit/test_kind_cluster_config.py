@@ -11,7 +11,7 @@ import yaml
 
 from pykcm.testenv.docker import DockerEngine
 from pykcm.testenv.kind import cluster, nodeimage
-from pykcm.testenv.nodes import KCM_CONTROLLERS
+from pykcm.testenv.nodes import KCM_CONTROLLERS, KUBEADM_CONTROLLERS
 
 
 def test_the_recipe_is_kept_and_gets_the_machines_workarounds() -> None:
@@ -26,6 +26,16 @@ def test_the_recipe_is_kept_and_gets_the_machines_workarounds() -> None:
     args = {a["name"]: a["value"] for a in patch["controllerManager"]["extraArgs"]}
     # The recipe's list replaces kind's: kind's own flag must be in it.
     assert args == {"enable-hostpath-provisioner": "true", "controllers": KCM_CONTROLLERS}
+
+
+def test_kcm_controllers_replace_only_the_recipes_controllers_value() -> None:
+    """The KCM side of test_upstream_kind.py: KCM runs every controller, the rest is the recipe."""
+    config = cluster.cluster_config(kcm_controllers=KUBEADM_CONTROLLERS)
+    patch = yaml.safe_load(config["nodes"][0]["kubeadmConfigPatches"][0])
+    args = {a["name"]: a["value"] for a in patch["controllerManager"]["extraArgs"]}
+    assert args == {"enable-hostpath-provisioner": "true", "controllers": KUBEADM_CONTROLLERS}
+    assert config["nodes"][1:] == cluster.cluster_config()["nodes"][1:]
+    assert config["kubeadmConfigPatches"] == cluster.cluster_config()["kubeadmConfigPatches"]
 
 
 def wrapper_argv(tmp_path: Path, *args: str) -> list[str]:

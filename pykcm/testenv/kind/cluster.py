@@ -32,7 +32,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,12 +146,34 @@ class KindCluster:
                                          name).stdout.strip() for name in names}
 
 
-def cluster_config(recipe: Path = RECIPE) -> dict[str, Any]:
-    """The recipe plus this machine's workarounds (the module's docstring says why)."""
+def cluster_config(recipe: Path = RECIPE, kcm_controllers: str | None = None) -> dict[str, Any]:
+    """The recipe plus this machine's workarounds (the module's docstring says why), with KCM's
+    `--controllers` value replaced by `kcm_controllers` if given (a cluster whose KCM runs every
+    controller, to compare with)."""
     config: dict[str, Any] = yaml.safe_load(recipe.read_text())
     config.setdefault("networking", {})["disableDefaultCNI"] = True
     config.setdefault("kubeadmConfigPatches", []).append(KUBELET_PATCH)
+    if kcm_controllers is not None:
+        _set_kcm_controllers(config, kcm_controllers)
     return config
+
+
+def _set_kcm_controllers(config: dict[str, Any], value: str) -> None:
+    """In place: the recipe's `controllers` entry of KCM's extraArgs (a ClusterConfiguration patch
+    of a node) set to `value`. Only that entry changes: kind's kubeadm patches are merge patches, so
+    another patch setting extraArgs would replace the recipe's list (and its hostpath flag)."""
+    for node in config.get("nodes", []):
+        patches = node.get("kubeadmConfigPatches", [])
+        for i, patch in enumerate(patches):
+            document = yaml.safe_load(patch)
+            if document.get("kind") != "ClusterConfiguration":
+                continue
+            for arg in document.get("controllerManager", {}).get("extraArgs", []):
+                if arg.get("name") == "controllers":
+                    arg["value"] = value
+                    patches[i] = yaml.safe_dump(document, sort_keys=False)
+                    return
+    raise KindError("the kind recipe sets no --controllers for kube-controller-manager: nothing to replace")
 
 
 def write_wrapper(directory: Path, engine: DockerEngine, real: str | None = None) -> None:
@@ -167,9 +189,10 @@ def write_wrapper(directory: Path, engine: DockerEngine, real: str | None = None
 
 
 def create(engine: DockerEngine, image: str, kind: Path, directory: Path, *, log: Log,
-           name: str | None = None) -> KindCluster:
-    """`kind create cluster` with the recipe; on failure, everything made is removed again."""
-    config = cluster_config()
+           name: str | None = None, kcm_controllers: str | None = None) -> KindCluster:
+    """`kind create cluster` with the recipe (KCM's `--controllers` replaced by `kcm_controllers` if
+    given); on failure, everything made is removed again."""
+    config = cluster_config(kcm_controllers=kcm_controllers)
     name = name or config.get("name", "kind")
     directory.mkdir(parents=True, exist_ok=True)
     cluster = KindCluster(name, directory / "kubeconfig", directory, engine, kind)
@@ -215,12 +238,24 @@ def delete(cluster: KindCluster, *, log: Log) -> None:
 
 
 @contextlib.contextmanager
-def running(engine: DockerEngine, image: str, kind: Path, directory: Path, *, log: Log) -> Iterator[KindCluster]:
-    cluster = create(engine, image, kind, directory, log=log)
+def running(engine: DockerEngine, image: str, kind: Path, directory: Path, *, log: Log,
+            kcm_controllers: str | None = None) -> Iterator[KindCluster]:
+    cluster = create(engine, image, kind, directory, log=log, kcm_controllers=kcm_controllers)
     try:
         yield cluster
     finally:
         delete(cluster, log=log)
+
+
+def load_image_archives(cluster: KindCluster, archives: Sequence[Path], *, log: Log) -> None:
+    """`kind load image-archive` of docker archives into every node's containerd (nothing can be
+    pulled here: pods then find the images under their names)."""
+    started = time.monotonic()
+    run_with_progress([str(cluster.kind), "load", "image-archive", *map(str, archives), "--name", cluster.name],
+                      what="kind load image-archive", log_path=cluster.directory / "kind-load.log", log=log,
+                      env=cluster.env())
+    log(f"loaded {', '.join(a.name for a in archives)} into kind cluster {cluster.name} "
+        f"in {format_duration(time.monotonic() - started)}")
 
 
 def host_traces(engine_directory: Path | None, container_ids: Iterable[str] = ()) -> list[str]:
