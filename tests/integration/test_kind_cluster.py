@@ -127,6 +127,24 @@ def kind_cluster(testenv_log: Callable[[str], None], tmp_path_factory: pytest.Te
     assert set(cluster.host_traces(None, ids)) == {line for line in before if not line.startswith("mount ")}
 
 
+def test_a_second_cluster_on_the_engine_is_refused_in_one_line_and_changes_nothing(
+    kind_cluster: KindCluster, testenv_log: Callable[[str], None], tmp_path: Path
+) -> None:
+    """An existing cluster (of the same name or another): create() names it and the fix, before it
+    makes anything, and the running cluster and the host are as they were."""
+    made = kind_cluster
+    ids = made.container_ids()
+    traces = cluster.host_traces(made.engine.directory, ids)
+    image = nodeimage.ensure_node_image(testenv_log, made.engine)
+    with pytest.raises(cluster.KindError) as refused:
+        cluster.create(made.engine, image, made.kind, tmp_path / "second", log=testenv_log)
+    message = str(refused.value)
+    assert "\n" not in message and "already run" in message and "kind delete clusters" in message, message
+    assert made.container_ids() == ids
+    assert cluster.host_traces(made.engine.directory, ids) == traces
+    assert not (tmp_path / "second").exists()
+
+
 def test_kind_cluster_with_pykcm_from_outside(
     kind_cluster: KindCluster, testenv_log: Callable[[str], None], tmp_path: Path
 ) -> None:

@@ -194,7 +194,6 @@ def create(engine: DockerEngine, image: str, kind: Path, directory: Path, *, log
     given); on failure, everything made is removed again."""
     config = cluster_config(kcm_controllers=kcm_controllers)
     name = name or config.get("name", "kind")
-    directory.mkdir(parents=True, exist_ok=True)
     cluster = KindCluster(name, directory / "kubeconfig", directory, engine, kind)
     if not engine.image_exists(image):  # kind would pull it from a registry
         raise KindError(f"{image} is not in the engine at {engine.directory}: build it with pykcm testenv kind-image")
@@ -202,6 +201,7 @@ def create(engine: DockerEngine, image: str, kind: Path, directory: Path, *, log
         raise KindError(f"kind nodes already run on {engine.directory}: delete them (kind delete clusters --all "
                         f"with DOCKER_HOST={engine.host}) or use another engine directory")
     _check_subnet_free()
+    directory.mkdir(parents=True, exist_ok=True)  # only now: a refusal above leaves nothing behind
     write_wrapper(directory, engine)
     config_path = directory / "kind-config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
