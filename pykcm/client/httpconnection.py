@@ -126,6 +126,10 @@ class HTTPConnection(asyncio.Protocol):
         self._total_timer = self._read_timer = None
         self._read_timeout = 0.0
         self._state = _IDLE
+        self.body.clear()  # a stream closed with its last chunks unread
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
 
     def close(self) -> None:
         if not self.closed and self.transport is not None:
