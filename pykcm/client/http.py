@@ -39,6 +39,8 @@ class Timeout:
 
 
 class Response:
+    """A response read to its end: the status, headers under lower-case names, the body."""
+
     __slots__ = ("body", "headers", "status")
 
     def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
@@ -56,7 +58,7 @@ class ConnectionPool:
         https = parts.scheme == "https"
         self._address = (parts.hostname or "localhost", parts.port or (443 if https else 80))
         self._host = parts.netloc.rpartition("@")[2]
-        self._base = parts.path.rstrip("/")  # a proxy's prefix (Rancher's /k8s/clusters/c-x)
+        self._base = parts.path.rstrip("/")  # a proxy's prefix, kept as rest.request_url says
         self._ssl = (ssl_context or ssl.create_default_context()) if https else None
         self._limit, self._fence, self._idle_timeout = limit, fence, idle_timeout
         self._conns: set[HTTPConnection] = set()

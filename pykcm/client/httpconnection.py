@@ -53,7 +53,8 @@ class HTTPConnection(asyncio.Protocol):
         self.error: BaseException | None = None
         self.body: list[bytes] = []
         self._buf, self._remaining, self._buffered = b"", 0, 0
-        self._no_body, self._streaming, self._gunzip = False, False, None
+        self._no_body, self._streaming = False, False
+        self._gunzip: zlib._Decompress | None = None
         self._state = _IDLE
         self._waiter: asyncio.Future[None] | None = None
         self._total_timer: asyncio.TimerHandle | None = None
