@@ -28,12 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import aiohttp
-
 from pykcm.app import metrics
 from pykcm.app.options import LEADER_ELECTION_JITTER
 from pykcm.client.errors import ApiError, NotFound, TransportError
 from pykcm.client.events import NORMAL, EventRecorder
+from pykcm.client.http import Timeout
 from pykcm.client.resources import LEASES
 from pykcm.client.rest import RestClient
 from pykcm.util.backoff import jitter
@@ -120,7 +119,7 @@ class LeaseLock:
         self.name = name
         self.identity = identity
         self.events = events
-        self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+        self._timeout = Timeout(total=request_timeout)
         self.lease: dict[str, Any] | None = None
 
     def describe(self) -> str:

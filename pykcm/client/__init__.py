@@ -1,4 +1,4 @@
-"""API access: configuration and auth from the `kubernetes` package, transport over aiohttp."""
+"""API access: configuration and auth from the `kubernetes` package, HTTP/1.1 over asyncio protocols."""
 
 from pykcm.client.config import ClientConfig, ConfigError, load_config
 from pykcm.client.errors import ApiError, TransportError

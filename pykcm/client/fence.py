@@ -4,24 +4,24 @@ Leader election alone cannot stop a leader that stalls past its lease (a GC paus
 frozen VM) from writing when it resumes, before its renew loop notices: a standby may lead by
 then. The fence closes that window. Every mutating request checks that the last successful Lease
 renewal was *sent* less than `window` seconds ago on this process's monotonic clock, after the
-rate limiter and again in the same synchronous step that hands its first bytes to the
-connection's transport, which passes them to the kernel before returning. A freeze lands before
-that check (the request is refused on waking) or after the bytes left (the apiserver reads them
-while this process is frozen); only the microseconds between the check and the socket's send()
-remain. A standby starts its own countdown only after it has seen that renewal, so a request
-that passes the check reaches the apiserver before any standby can lead, provided it arrives
-within the margin between `window` and the lease duration. A refused write raises FencedWrite
-and tells the owner (who steps down); nothing is sent.
+rate limiter and again in the same synchronous step that hands its bytes to the connection's
+transport (pykcm.client.httpconnection writes a request whole, with one write()). The socket and
+TLS transports of both asyncio and uvloop call send() on the socket before write() returns
+(unless the kernel buffer is full), so a freeze lands before that check (the request is refused
+on waking) or after the bytes left (the apiserver reads them while this process is frozen); only
+the microseconds between the check and the socket's send() remain. A standby starts its own
+countdown only after it has seen that renewal, so a request that passes the check reaches the
+apiserver before any standby can lead, provided it arrives within the margin between `window`
+and the lease duration. A refused write raises FencedWrite and tells the owner (who steps down);
+nothing is sent.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Any, Protocol
 
 from pykcm.client.errors import TransportError
 
@@ -30,14 +30,14 @@ MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 UNFENCED_PREFIXES = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
 
 
-# The request the current task is sending, (method, API path): read by guarded transports, whose
-# writes run in the sending task or in a task it started (aiohttp's body writer), which inherits it.
+# The request the current task is sending, (method, API path): read by the connection pool when it
+# writes the request, which it does in the sending task.
 _SENDING: ContextVar[tuple[str, str] | None] = ContextVar("pykcm_sending", default=None)
 
 
 @contextlib.contextmanager
 def sending(method: str, path: str) -> Iterator[None]:
-    """Name the request this task sends while the block runs, for guard_connection()."""
+    """Name the request this task sends while the block runs, for check_sending()."""
     token = _SENDING.set((method, path))
     try:
         yield
@@ -99,47 +99,3 @@ class WriteFence:
         if request is not None:
             self.check(*request)
 
-
-class FencedTransport:
-    """A connection's transport whose writes check the fence for the request being sent before
-    they take any bytes; everything else is the wrapped transport's.
-
-    The check and the hand-over are one synchronous step: the socket and TLS transports of both
-    asyncio and uvloop call send() on the socket before write() returns (unless the kernel buffer
-    is full), so no other code of this process runs in between and a refused request leaves
-    nothing half sent. A wrapper rather than patched methods: uvloop's transports are extension
-    types whose methods cannot be replaced on an instance.
-    """
-
-    __slots__ = ("fence", "transport")
-
-    def __init__(self, transport: asyncio.WriteTransport, fence: WriteFence) -> None:
-        self.transport = transport
-        self.fence = fence
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.fence.check_sending()
-        self.transport.write(data)
-
-    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
-        self.fence.check_sending()
-        self.transport.writelines(list_of_data)
-
-    def is_closing(self) -> bool:  # asked before every write
-        return self.transport.is_closing()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.transport, name)
-
-
-class _HasTransport(Protocol):
-    transport: Any
-
-
-def guard_connection(protocol: _HasTransport, fence: WriteFence) -> None:
-    """Make the writes of a connection's protocol (aiohttp writes through `protocol.transport`)
-    go through a FencedTransport. Idempotent: a pooled connection is guarded once."""
-    transport = protocol.transport
-    if transport is None or (isinstance(transport, FencedTransport) and transport.fence is fence):
-        return
-    protocol.transport = FencedTransport(transport, fence)

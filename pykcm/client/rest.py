@@ -1,4 +1,4 @@
-"""Async REST transport over aiohttp: rate limited, instrumented, JSON dicts in and out."""
+"""Async REST transport over pykcm.client.http: rate limited, instrumented, JSON dicts in and out."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import time
 from collections.abc import AsyncIterator
 from time import monotonic
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
-import aiohttp
 import orjson
 
 from pykcm import __version__
@@ -17,7 +16,9 @@ from pykcm.client import metrics
 from pykcm.client.certrotation import CLIENT_CERT_REFRESH, ClientCertRotation
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import TooManyRequests, TransportError, error_from_status
-from pykcm.client.fence import FencedWrite, WriteFence, guard_connection, sending
+from pykcm.client.fence import FencedWrite, sending
+from pykcm.client.http import ConnectionPool, Response, Timeout
+from pykcm.client.httpconnection import HTTPError
 from pykcm.client.resources import Resource
 from pykcm.util.flowcontrol import TokenBucket
 
@@ -28,7 +29,9 @@ MERGE_PATCH = "application/merge-patch+json"
 PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1," + JSON
 PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1," + JSON
 
-REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, connect=10)
+REQUEST_TIMEOUT = Timeout(total=60, connect=10)
+WATCH_CONNECT_TIMEOUT = 10.0
+WATCH_READ_MARGIN = 30.0  # a watch is given up if nothing came this long past its server-side timeout
 CONNECTIONS = 256  # per API server
 MAX_THROTTLE_RETRIES = 10  # client-go retries 429s honouring Retry-After up to 10 times
 
@@ -40,30 +43,19 @@ class _Transport:
         self.config = config
         self.host_label = urlsplit(config.host).netloc
         self._ssl_context = config.ssl_context
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: ConnectionPool | None = None
         self._rotation: ClientCertRotation | None = None
         if config.ssl_context is not None and config.cert_file and config.key_file:
             self._rotation = ClientCertRotation(
                 config.cert_file, config.key_file, config.client_tls_context, monotonic(), CLIENT_CERT_REFRESH
             )
-        self._closing: set[asyncio.Task] = set()
 
-    def session(self) -> aiohttp.ClientSession:
+    def pool(self) -> ConnectionPool:
         self._rotate_client_certificate()
-        if self._session is None or self._session.closed:
-            fence = self.config.write_fence
-            connector = (
-                FencedConnector(fence, ssl=self._ssl_context or False, limit=CONNECTIONS)
-                if fence is not None
-                else aiohttp.TCPConnector(ssl=self._ssl_context or False, limit=CONNECTIONS)
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                json_serialize=lambda o: orjson.dumps(o).decode(),
-                # No cookies, as client-go (a nil Jar): nothing to match or store per request.
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
-        return self._session
+        if self._pool is None:
+            # The fence is checked by the pool in the step that writes a request (see fence.py).
+            self._pool = ConnectionPool(self.config.host, self._ssl_context, CONNECTIONS, self.config.write_fence)
+        return self._pool
 
     def _rotate_client_certificate(self) -> None:
         """New connections present a rotated client certificate; pooled ones are closed (client-go
@@ -72,36 +64,13 @@ class _Transport:
         if context is None:
             return
         self._ssl_context = context
-        if self._session is not None:
-            task = asyncio.get_running_loop().create_task(self._session.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-            self._session = None
-
-    def url(self, path: str) -> str:
-        return request_url(self.config.host, path)
+        if self._pool is not None:
+            self._pool.use_tls(context)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        await asyncio.gather(*self._closing, return_exceptions=True)
-
-
-class FencedConnector(aiohttp.TCPConnector):
-    """Guards every connection it hands out with the write fence (fence.guard_connection): a write
-    is checked when its bytes go to the socket, not some event-loop iterations earlier (aiohttp
-    sends a request body from a task of its own, which a busy loop may start milliseconds later)."""
-
-    def __init__(self, fence: WriteFence, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._fence = fence
-
-    async def connect(self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout) -> Any:
-        conn = await super().connect(req, traces, timeout)
-        if conn.protocol is not None:
-            guard_connection(conn.protocol, self._fence)
-        return conn
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
 
 def request_url(host: str, path: str) -> str:
@@ -154,7 +123,7 @@ class RestClient:
         body: Any = None,
         content_type: str = JSON,
         accept: str = JSON,
-        timeout: aiohttp.ClientTimeout = REQUEST_TIMEOUT,
+        timeout: Timeout = REQUEST_TIMEOUT,
     ) -> Any:
         host = self._transport.host_label
         data = orjson.dumps(body) if body is not None else None
@@ -165,41 +134,29 @@ class RestClient:
                 self.config.write_fence.check(method, path)
             start = time.monotonic()
             try:
-                with sending(method, path):
-                    raw, code, is_json = await self._send(method, path, params, data, accept, content_type, timeout)
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                with sending(method, path):  # the pool checks the fence again as it writes
+                    headers = self._headers(accept, content_type if data is not None else None)
+                    resp = await self._transport.pool().request(method, _target(path, params), headers, data, timeout)
+            except (TimeoutError, HTTPError, OSError, FencedWrite) as exc:
                 metrics.requests_by("<error>", method, host).inc()
-                if isinstance(exc.__cause__, FencedWrite):  # refused at the socket, in aiohttp's body writer
-                    raise exc.__cause__ from None
+                if isinstance(exc, FencedWrite):
+                    raise
                 raise TransportError(f"{method} {path}: {exc or type(exc).__name__}") from None
             finally:
                 metrics.request_duration_by(method, host).observe(time.monotonic() - start)
-            metrics.requests_by(str(code), method, host).inc()
-            if code < 300:
-                if not raw:
+            metrics.requests_by(str(resp.status), method, host).inc()
+            if resp.status < 300:
+                if not resp.body:
                     return None
-                return orjson.loads(raw) if is_json else raw.decode(errors="replace")
-            err = error_from_status(code, _decode(raw))
+                if "json" in resp.headers.get("content-type", ""):
+                    return orjson.loads(resp.body)
+                return resp.body.decode(errors="replace")
+            err = error_from_status(resp.status, _decode(resp.body))
             if isinstance(err, TooManyRequests) and attempt < MAX_THROTTLE_RETRIES:
-                await asyncio.sleep(err.retry_after or 1.0)
+                await asyncio.sleep(err.retry_after or _retry_after(resp) or 1.0)
                 continue
             raise err
         raise AssertionError("unreachable")
-
-    async def _send(
-        self, method: str, path: str, params: dict[str, Any] | None, data: bytes | None, accept: str,
-        content_type: str, timeout: aiohttp.ClientTimeout,
-    ) -> tuple[bytes, int, bool]:
-        """One HTTP exchange: the raw body, the status and whether the body is JSON."""
-        async with self._transport.session().request(
-            method,
-            self._transport.url(path),
-            params=_query(params),
-            data=data,
-            headers=self._headers(accept, content_type if data is not None else None),
-            timeout=timeout,
-        ) as resp:
-            return await resp.read(), resp.status, "json" in resp.content_type
 
     async def watch(self, path: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Yield watch events ({"type", "object"}) until the server ends the stream."""
@@ -207,22 +164,20 @@ class RestClient:
         waited = await self._limiter.wait()
         metrics.rate_limiter_duration_by("GET", host).observe(waited)
         server_timeout = float(params.get("timeoutSeconds") or 0)
-        read_timeout = server_timeout + 30 if server_timeout else None
-        timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=read_timeout)
+        read_timeout = server_timeout + WATCH_READ_MARGIN if server_timeout else None
+        timeout = Timeout(connect=WATCH_CONNECT_TIMEOUT, read=read_timeout)
         try:
-            async with self._transport.session().get(
-                self._transport.url(path),
-                params=_query({**params, "watch": "true"}),
-                headers=self._headers(JSON, None),
-                timeout=timeout,
-            ) as resp:
+            resp = await self._transport.pool().stream(
+                "GET", _target(path, {**params, "watch": "true"}), self._headers(JSON, None), timeout
+            )
+            try:
                 metrics.requests_by(str(resp.status), "GET", host).inc()
                 if resp.status >= 300:
                     raise error_from_status(resp.status, _decode(await resp.read()))
                 buffer = b""
-                # Lines can be far larger than aiohttp's readline limit (big CRDs), so split by hand;
-                # a chunk often holds many events: walk it by offset, keep only the unfinished tail.
-                async for chunk in resp.content.iter_any():
+                # A chunk often holds many events, and an event (a big CRD) may span many chunks:
+                # walk each chunk by offset, keep only the unfinished tail.
+                while (chunk := await resp.next_chunk()) is not None:
                     buffer = buffer + chunk if buffer else chunk
                     start = 0
                     while (newline := buffer.find(b"\n", start)) >= 0:
@@ -231,7 +186,9 @@ class RestClient:
                         if line and not line.isspace():
                             yield orjson.loads(line)
                     buffer = buffer[start:]
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            finally:
+                resp.close()
+        except (TimeoutError, HTTPError, OSError) as exc:
             raise TransportError(f"watch {path}: {exc or type(exc).__name__}") from None
 
     # -- typed helpers over Resource ------------------------------------------------------------------
@@ -272,6 +229,21 @@ class RestClient:
         self, res: Resource, namespace: str | None = None, body: dict | None = None, accept: str = JSON, **params: Any
     ) -> Any:
         return await self.request("DELETE", res.path(namespace), params=params, body=body, accept=accept)
+
+
+def _target(path: str, params: dict[str, Any] | None) -> str:
+    """The request target: the API path, escaped as a URL path, and its query string."""
+    query = _query(params)
+    path = quote(path, safe="/:@!$&'()*+,;=~")
+    return f"{path}?{urlencode(query)}" if query else path
+
+
+def _retry_after(resp: Response) -> float | None:
+    """The Retry-After header in seconds (client-go honours it; the apiserver also puts it in the Status)."""
+    try:
+        return float(resp.headers.get("retry-after", ""))
+    except ValueError:
+        return None
 
 
 def _query(params: dict[str, Any] | None) -> dict[str, str] | None:

@@ -1,0 +1,324 @@
+"""One HTTP/1.1 keep-alive connection as an asyncio protocol: it writes a request and parses the
+response in data_received(), for pykcm.client.http's pool.
+
+One exchange at a time. The parser keeps its place in the response as state (status line and
+headers, a Content-Length body, chunks, or a body that ends when the server closes) so that a
+response may arrive in any pieces; a buffered exchange wakes its caller once, at the end, a
+streamed one at its head and at each piece of body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import zlib
+from collections.abc import Callable
+
+from pykcm.client.fence import WriteFence
+
+MAX_HEAD = 64 * 1024  # response status line and headers
+PAUSE_ABOVE = 4 << 20  # a streamed body stops reading from the socket with this much unconsumed
+
+# Where the parser is in the current response.
+_IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_EOF, _DONE = range(9)
+
+
+class HTTPError(Exception):
+    """The connection broke or the server's answer was not HTTP/1.1 (no status to report)."""
+
+
+class ServerDisconnected(HTTPError):
+    """The connection closed before the response was complete."""
+
+
+class NotSent(Exception):
+    """The pooled connection was closing before a byte of the request was written."""
+
+
+class HTTPConnection(asyncio.Protocol):
+    """One keep-alive connection, one exchange at a time: the response is parsed as bytes arrive."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_close: Callable[[HTTPConnection], None]) -> None:
+        self._loop = loop
+        self._on_close = on_close  # the pool stops counting it
+        self.transport: asyncio.Transport | None = None
+        self.lost = self._loop.create_future()
+        self.closed = False
+        self.reused = False
+        self.keep_alive = True
+        self.idle_since = 0.0
+        # The current exchange: what send() resets and the parser fills in.
+        self.status, self.headers, self.received = 0, {}, False
+        self.error: BaseException | None = None
+        self.body: list[bytes] = []
+        self._buf, self._remaining, self._buffered = b"", 0, 0
+        self._no_body, self._streaming = False, False
+        self._gunzip: zlib._Decompress | None = None
+        self._state = _IDLE
+        self._waiter: asyncio.Future[None] | None = None
+        self._total_timer: asyncio.TimerHandle | None = None
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._read_timeout = 0.0
+        self._last_read = 0.0
+        self._paused = False
+
+    # -- the exchange, as the caller sees it ----------------------------------------------------------
+
+    def send(
+        self, data: bytes, fence: WriteFence | None, method: str, streaming: bool, deadline: float | None,
+        read_timeout: float | None,
+    ) -> None:
+        """Write a request; the fence is checked in the same synchronous step (FencedWrite: nothing sent)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            raise NotSent
+        if fence is not None:
+            fence.check_sending()
+        self.status, self.headers, self.keep_alive, self.received = 0, {}, True, False
+        self.error = None
+        self.body = []
+        self._buf, self._remaining, self._buffered = b"", 0, 0
+        self._no_body, self._streaming, self._gunzip = method == "HEAD", streaming, None
+        self._state = _HEAD
+        transport.write(data)
+        if deadline is not None:
+            self._total_timer = self._loop.call_at(deadline, self._expire, "the request took too long")
+        if read_timeout is not None:
+            self._read_timeout, self._last_read = read_timeout, self._loop.time()
+            self._read_timer = self._loop.call_at(self._last_read + read_timeout, self._check_read)
+
+    async def wait(self) -> None:
+        """Until the parser has news (the head, body bytes, the end) or the exchange failed."""
+        if self.error is not None:
+            raise self.error
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+        if self.error is not None:
+            raise self.error
+
+    @property
+    def complete(self) -> bool:
+        return self._state == _DONE
+
+    @property
+    def reusable(self) -> bool:
+        """Open, and either unused or done with a response that lets it stay open."""
+        return not self.closed and self.keep_alive and self._state in (_IDLE, _DONE)
+
+    def take(self) -> bytes:
+        """The body bytes received and not taken yet."""
+        data = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        self.body.clear()
+        self._buffered = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self._last_read = self._loop.time()  # the time spent paused was the reader's, not the server's
+            self.transport.resume_reading()
+        return data
+
+    def end_exchange(self) -> None:
+        for timer in (self._total_timer, self._read_timer):
+            if timer is not None:
+                timer.cancel()
+        self._total_timer = self._read_timer = None
+        self._read_timeout = 0.0
+        self._state = _IDLE
+        self.body.clear()  # a stream closed with its last chunks unread
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.abort()  # a half-done exchange is not worth flushing
+        self._on_close(self)
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # requests are written whole: no reason to wait for more
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_close(self)
+        if self._state == _UNTIL_EOF:
+            self._finish()
+        elif self._state not in (_IDLE, _DONE):
+            reason = f": {exc}" if exc else ""
+            self._fail(ServerDisconnected(f"server closed the connection before the response was complete{reason}"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self._state in (_IDLE, _DONE):  # nothing asked for, or a response that was not one
+            self.keep_alive = False
+            if self._state == _IDLE:
+                self.close()
+            return
+        self.received = True
+        if self._read_timeout:
+            self._last_read = self._loop.time()
+        try:
+            self._feed(self._buf + data if self._buf else data)
+        except HTTPError as err:
+            self._fail(err)
+            self.close()
+
+    # -- parsing --------------------------------------------------------------------------------------
+
+    def _feed(self, buf: bytes) -> None:
+        pos, end = 0, len(buf)
+        while pos < end or self._state == _DONE:
+            state = self._state
+            if state in (_LENGTH, _CHUNK_DATA):
+                take = min(end - pos, self._remaining)
+                self._body_bytes(buf if take == end else buf[pos : pos + take])
+                pos += take
+                self._remaining -= take
+                if self._remaining == 0:
+                    if state == _LENGTH:
+                        self._finish()
+                    else:
+                        self._state = _CHUNK_END
+            elif state in (_CHUNK_SIZE, _TRAILERS):
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    if end - pos > MAX_HEAD:
+                        raise HTTPError("chunk size line too long")
+                    break
+                line, pos = buf[pos:eol], eol + 2
+                if state == _TRAILERS:
+                    if not line:
+                        self._finish()
+                    continue
+                try:
+                    self._remaining = int(line.split(b";", 1)[0], 16)
+                except ValueError:
+                    raise HTTPError(f"bad chunk size {line[:40]!r}") from None
+                self._state = _CHUNK_DATA if self._remaining > 0 else _TRAILERS
+            elif state == _CHUNK_END:
+                if end - pos < 2:
+                    break
+                if buf[pos : pos + 2] != b"\r\n":
+                    raise HTTPError("chunk not followed by CRLF")
+                pos += 2
+                self._state = _CHUNK_SIZE
+            elif state == _HEAD:
+                eoh = buf.find(b"\r\n\r\n", pos)
+                if eoh < 0:
+                    if end - pos > MAX_HEAD:
+                        raise HTTPError("response head too large")
+                    break
+                self._head(buf[pos:eoh])
+                pos = eoh + 4
+            elif state == _UNTIL_EOF:
+                self._body_bytes(buf[pos:] if pos else buf)
+                pos = end
+            else:  # _DONE: bytes past the response's end make the connection unusable
+                if pos < end:
+                    self.keep_alive = False
+                break
+        self._buf = buf[pos:] if pos < end else b""
+
+    def _head(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        version, _, rest = lines[0].partition(b" ")
+        try:
+            status = int(rest[:3])
+        except ValueError:
+            status = 0
+        if not version.startswith(b"HTTP/1.") or not 100 <= status <= 999:
+            raise HTTPError(f"bad status line {lines[0][:80]!r}")
+        if status < 200:  # an interim response (100 Continue, 103 Early Hints): the real one follows
+            return
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            if not colon:
+                raise HTTPError(f"bad header line {line[:80]!r}")
+            key, text = name.strip().lower().decode("latin-1"), value.strip().decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        self.status, self.headers = status, headers
+        connection = headers.get("connection", "").lower()
+        if "close" in connection or (version == b"HTTP/1.0" and "keep-alive" not in connection):
+            self.keep_alive = False
+        coding = headers.get("content-encoding", "identity").lower()
+        if coding == "gzip":
+            self._gunzip = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        elif coding != "identity":
+            raise HTTPError(f"unsupported content-encoding {coding!r}")
+        length = headers.get("content-length")
+        if self._no_body or status in (204, 304):
+            self._finish()
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            self._state = _CHUNK_SIZE
+        elif length is not None:
+            try:
+                self._remaining = int(length)
+            except ValueError:
+                raise HTTPError(f"bad content-length {length!r}") from None
+            if self._remaining > 0:
+                self._state = _LENGTH
+            else:
+                self._finish()
+        else:  # the body ends when the server closes the connection
+            self.keep_alive = False
+            self._state = _UNTIL_EOF
+        if self._streaming:
+            self._wake()
+
+    def _body_bytes(self, data: bytes) -> None:
+        if self._gunzip is not None:
+            try:
+                data = self._gunzip.decompress(data)
+            except zlib.error as err:
+                raise HTTPError(f"bad gzip body: {err}") from None
+        if not data:
+            return
+        self.body.append(data)
+        if self._streaming:
+            self._buffered += len(data)
+            if self._buffered > PAUSE_ABOVE and not self._paused and self.transport is not None:
+                self._paused = True
+                self.transport.pause_reading()
+            self._wake()
+
+    def _finish(self) -> None:
+        self._state = _DONE
+        if self._gunzip is not None:
+            tail = self._gunzip.flush()
+            if tail:
+                self.body.append(tail)
+        self._wake()
+
+    def _fail(self, error: BaseException) -> None:
+        if self.error is None:  # the first cause, not the disconnection it led to
+            self.error = error
+        self.keep_alive = False
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _expire(self, why: str) -> None:
+        self._fail(TimeoutError(why))
+        self.close()
+
+    def _check_read(self) -> None:
+        """One timer per read timeout, not one per read: moved on if bytes came since it was set."""
+        due = self._last_read + self._read_timeout
+        if self._paused:  # waiting for the reader, not the server
+            self._read_timer = self._loop.call_later(self._read_timeout, self._check_read)
+        elif self._loop.time() < due:
+            self._read_timer = self._loop.call_at(due, self._check_read)
+        else:
+            self._read_timer = None
+            self._expire(f"no response data for {self._read_timeout:g}s")
