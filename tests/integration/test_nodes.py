@@ -45,11 +45,13 @@ async def available(client: RestClient, namespace: str, name: str, replicas: int
 
 
 async def test_nodes_are_ready_and_untainted(nodes_client: RestClient) -> None:
-    async def schedulable() -> list[dict]:
+    # kwok lifts each node's not-ready taint on its own: wait for all three, not the first.
+    async def all_schedulable() -> list[dict] | None:
         nodes = (await nodes_client.list(NODES, labelSelector="kwok.x-k8s.io/node=fake"))["items"]
-        return [n for n in nodes if not n["spec"].get("taints")]
+        untainted = [n for n in nodes if not n["spec"].get("taints")]
+        return untainted if len(untainted) == 3 else None
 
-    assert len(await wait_for(schedulable, timeout=180, message="three untainted kwok nodes")) == 3
+    assert len(await wait_for(all_schedulable, timeout=180, message="three untainted kwok nodes")) == 3
 
 
 async def test_a_deployment_gets_ready_pods_scales_and_is_garbage_collected(
