@@ -17,7 +17,7 @@ from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.errors import ControlPlaneError
 from pykcm.testenv.realnode import check_prerequisites
 from pykcm.util.log import KlogFormatter
-from tests.dashboard_linter import start_background_build
+from tests.background_builds import start_background_build
 from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials, run_managers_as
 from tests.support import admin_client
 
@@ -35,9 +35,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if any(item.get_closest_marker("late") for item in session.items):
-        started = start_background_build()
-        if started:
+    if session.config.option.collectonly:
+        return
+    marks = [mark for item in session.items for mark in item.iter_markers("late")]
+    if any(len(mark.args) != 1 for mark in marks):
+        raise pytest.UsageError("mark a late test with the background build it waits for: "
+                                "@pytest.mark.late(\"<name in tests/background_builds.py>\")")
+    wanted = {mark.args[0] for mark in marks}
+    for name in sorted(wanted):
+        if started := start_background_build(name):
             _terminal_log(session.config)(started)
 
 

@@ -50,7 +50,8 @@ from tests.incluster import (
 from tests.support import CHECKOUT, PykcmProcess, admin_client, is_ready
 
 # Cold, the node image's assembly comes first (Go builds, debootstrap): 15-20 minutes on 2 cores.
-pytestmark = [pytest.mark.integration, pytest.mark.kind, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.integration, pytest.mark.kind, pytest.mark.late("kind-node-image"),
+              pytest.mark.timeout(3600)]
 
 ENGINE_WAIT = 900.0  # seconds; another session may hold the kind engine's directory
 WAIT = "180s"  # each kubectl wait; pods start in seconds, on a shared 2-core machine in tens

@@ -20,7 +20,8 @@ from pykcm.testenv.errors import BuildError
 from pykcm.testenv.kind import nodeimage, preload
 
 # Cold, the first test also waits for the whole assembly (Go builds, debootstrap): 15-20 minutes on 2 cores.
-pytestmark = [pytest.mark.integration, pytest.mark.kind, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.integration, pytest.mark.kind, pytest.mark.late("kind-node-image"),
+              pytest.mark.timeout(3600)]
 
 ENGINE_WAIT = 900.0  # seconds; another session may hold the kind engine's directory
 # The node's own containerd, without its CRI side, on the image's store (as the assembly ran it).

@@ -93,7 +93,7 @@ def _unreachable_proxy(message: str) -> str | None:
     return found.group(0) if found else None
 
 
-@pytest.mark.late  # its build runs in the background meanwhile (tests/dashboard_linter.py)
+@pytest.mark.late("dashboard-linter")  # its build runs in the background meanwhile
 @pytest.mark.timeout(LINTER_BUILD_TIMEOUT + 120)
 def test_dashboard_passes_grafana_dashboard_linter(capsys):
     def log(message: str) -> None:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import baseimage, docker, images
 from ..build import (
@@ -131,16 +132,21 @@ def image_size(engine: DockerEngine, reference: str) -> int:
 
 def gather_inputs(engine: DockerEngine, log: Log) -> Inputs:
     """Everything the image is made of, built where missing (each cached on its own)."""
-    binaries = ensure_components(COMPONENTS, log)
-    return Inputs(
-        base=noderoot.ensure_base(engine, log=log),
-        rootfs_tar=noderoot.rootfs_tarball(log),
-        binaries=binaries,
-        runc=ensure_runc(log),
-        coredns=ensure_go_install(preload.COREDNS_PACKAGE, preload.COREDNS_VERSION, log=log),
-        pause=preload.ensure_pause(log),
-        kind_files=kind_files_dir(),
-    )
+    return Inputs(base=noderoot.ensure_base(engine, log=log), **build_inputs(log))
+
+
+def build_inputs(log: Log) -> dict[str, Any]:
+    """The inputs that need no engine (the Debian root's tarball, the Go and C builds, kind's
+    files), built where missing: what a test session builds ahead, in the background. The
+    Kubernetes binaries come last, so that a session's own build of them usually has their lock first."""
+    return {
+        "rootfs_tar": noderoot.rootfs_tarball(log),
+        "coredns": ensure_go_install(preload.COREDNS_PACKAGE, preload.COREDNS_VERSION, log=log),
+        "pause": preload.ensure_pause(log),
+        "runc": ensure_runc(log),
+        "kind_files": kind_files_dir(),
+        "binaries": ensure_components(COMPONENTS, log),
+    }
 
 
 def input_parts(inputs: Inputs) -> dict[str, bytes]:
