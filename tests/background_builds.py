@@ -5,6 +5,7 @@ waits for the one under way (every build step holds a lock) or, if the backgroun
 builds in the foreground and reports the error there.
 
 - `dashboard-linter`: Grafana's linter (tests/dashboard_linter.py), 9 to 16 minutes cold.
+- `e2e-test`: the upstream e2e.test binary, 5 to 9 minutes cold.
 - `kind-node-image`: what the kind node image is assembled from (the Debian root, CoreDNS,
   kubeadm and the other Go builds, kind itself), 10 to 20 minutes cold on 2 busy cores; the
   assembly itself needs the kind engine, so the first kind test does it (under a minute).
@@ -17,6 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pykcm.testenv.e2e import E2E_BINARY, e2e_cache_dir, ensure_e2e_test
 from pykcm.testenv.errors import BuildError
 from pykcm.testenv.gobuild import cache_dir, find_go, go_install_path, is_executable
 from pykcm.testenv.kind import nodeimage
@@ -50,6 +52,11 @@ BUILDS = {
         lambda: _go_found() and not is_executable(
             go_install_path(LINTER_MODULE, LINTER_VERSION, module_dir=LINTER_GOMOD)),
         build_linter,
+    ),
+    "e2e-test": BackgroundBuild(
+        "the upstream e2e.test",
+        lambda: _go_found() and not is_executable(e2e_cache_dir() / E2E_BINARY),
+        ensure_e2e_test,
     ),
     "kind-node-image": BackgroundBuild(
         "the kind node image's inputs (those cached are only checked)",

@@ -31,7 +31,8 @@ NODES = 3
 E2E_TIMEOUT = 30 * 60  # hard limit of one e2e.test run, which takes about 4 minutes
 BUILD_TIMEOUT = 30 * 60  # e2e.test from a cold Go build cache
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(BUILD_TIMEOUT + E2E_TIMEOUT + 5 * 60)]
+# Late: e2e.test builds in the background meanwhile (tests/background_builds.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.late("e2e-test"), pytest.mark.timeout(BUILD_TIMEOUT + E2E_TIMEOUT + 5 * 60)]
 
 
 @pytest.fixture(scope="module")

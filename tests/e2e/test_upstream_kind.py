@@ -16,8 +16,8 @@ Measured warm on 2 cores: about 9 minutes for both sides (per side: `kind create
 image load 5 s, e2e.test 3.5-4 minutes, delete 3 s). The token-rotation test (about 10 minutes
 a run, 22 minutes both sides) runs apart, under the extra marker `slow`. Both stay out of the
 default run and CI (marker `kind_e2e`: CI's cold hour cannot hold them beside the rest). Run with
-`python -m pytest -m "kind_e2e and not slow"` (`-m "kind_e2e and slow"` for the rotation), or as a script: `python -m tests.e2e.test_upstream_kind [--rotation]` prints
-the same table.
+`python -m pytest -m "kind_e2e and not slow"` (`-m "kind_e2e and slow"` for the rotation), or as
+a script: `python -m tests.e2e.test_upstream_kind [--rotation]` prints the same table.
 """
 
 from __future__ import annotations
