@@ -11,7 +11,8 @@ disable_created_metrics()
 informer_events = Counter(
     "pykcm_informer_events_total", "Watch events received, by resource and event type.", ["resource", "type"]
 )
-informer_relists = Counter("pykcm_informer_relists_total", "Full LISTs performed by a reflector.", ["resource"])
+informer_relists = Counter("pykcm_informer_relists_total", "Full states a reflector got, streamed or listed.",
+                           ["resource"])
 informer_resource_version = Gauge(
     "pykcm_informer_last_resource_version", "Last resourceVersion a reflector synced to.", ["resource"]
 )

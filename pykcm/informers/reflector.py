@@ -5,13 +5,22 @@ every end of a list-and-watch (a failed list, an expired watch, a watch that end
 error) waits for the next step of one backoff (0.8 s doubling to 30 s, jitter 1.0, starting over
 every 2 minutes) before listing again. Inside a list-and-watch, a watch the server closes at its
 timeout is re-opened at once, and a refused connection or a 429 backs off (same backoff) and
-watches again from the last resourceVersion without relisting. LIST is paginated (limit 500);
-WATCH resumes from the last seen resourceVersion with bookmarks and a randomised server timeout.
+watches again from the last resourceVersion without relisting. WATCH resumes from the last seen
+resourceVersion with bookmarks and a randomised server timeout.
+
+The initial state comes as client-go 1.36 gets it (its WatchListClient gate, on by default since
+1.35; KUBE_FEATURE_WatchListClient=false turns it off, as it does client-go's): a watch with
+sendInitialEvents=true streams every object as an ADDED event, then a bookmark annotated
+k8s.io/initial-events-end whose resourceVersion is the list's; the objects replace the cache then,
+and the same watch goes on. No list page is ever held, and each object is transformed (projected)
+as it arrives. Where the server refuses the stream (its WatchList gate off), a paginated LIST
+(limit 500) gets the state instead, as client-go falls back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections.abc import Callable
@@ -22,6 +31,7 @@ from pykcm.client.resources import Resource
 from pykcm.client.rest import RestClient
 from pykcm.informers import metrics
 from pykcm.informers.delta_queue import DeltaQueue, DeltaType
+from pykcm.informers.store import object_key
 from pykcm.util.backoff import BackoffManager
 from pykcm.util.log import get_logger, one_line
 
@@ -29,6 +39,9 @@ PAGE_SIZE = 500
 WATCH_TIMEOUT_RANGE = (300, 600)  # seconds; spread so watches don't all reconnect together
 MIN_WATCH_DURATION = 1.0  # a watch that ends sooner with no events is treated as an error
 REPEAT_LOG_INTERVAL = 60.0  # the same failure again within this is logged at -v=4 only
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the bookmark annotation ending a streamed list
+WATCH_LIST_GATE = "KUBE_FEATURE_WatchListClient"
+STREAM_YIELD_EVERY = 500  # initial events handled between two hand-backs of the loop
 
 log = get_logger("reflector")
 
@@ -38,6 +51,11 @@ Transform = Callable[[dict[str, Any]], dict[str, Any]]
 def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     obj.get("metadata", {}).pop("managedFields", None)
     return obj
+
+
+def watch_list_enabled() -> bool:
+    """client-go's WatchListClient gate, read from the environment as client-go reads its gates."""
+    return os.environ.get(WATCH_LIST_GATE, "").strip().lower() not in ("false", "f", "0")
 
 
 class VeryShortWatch(Exception):
@@ -62,6 +80,7 @@ class Reflector:
         transform: Transform = strip_managed_fields,
         params: dict[str, str] | None = None,
         backoff: Delay | None = None,
+        watch_list: bool | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -75,6 +94,9 @@ class Reflector:
         # synced this is why it cannot (a forbidden LIST, say).
         self.last_error: str | None = None
         self._logged: tuple[str, str, float] = ("", "", 0.0)  # message, error, when
+        self.watch_list = watch_list_enabled() if watch_list is None else watch_list
+        # Objects streamed so far while a watch sends its initial events; None when not streaming.
+        self._initial: dict[str, dict[str, Any]] | None = None
 
     async def run(self) -> None:
         while True:
@@ -90,18 +112,33 @@ class Reflector:
             await asyncio.sleep(self._backoff.next())
 
     async def _list_and_watch(self) -> None:
-        """List, then watch until the watch ends with an error; retriable watch failures retry here."""
-        await self._list()
+        """Get the state (streamed, or listed), then watch until the watch ends with an error;
+        retriable watch failures retry here."""
+        streaming = self.watch_list
+        if not streaming:
+            await self._list()
         while True:
             try:
-                await self._watch()
-                continue  # the server closed the watch at its timeout: re-watch from where we were
+                await self._watch(send_initial_events=streaming)
+                # The server closed the watch at its timeout: re-watch from where we were (or, if
+                # the initial events had not all come, stream them again).
+                streaming = self._initial is not None
+                continue
             except (TransportError, TooManyRequests) as err:
                 # Unreachable or shedding load: back off and resume the watch, no relist needed.
+                streaming = self._initial is not None
                 self._report("Watch failed, will retry", one_line(err))
             except VeryShortWatch as err:
                 self._report("Watch ended with error, will relist", one_line(err))
                 return
+            except ApiError as err:
+                if self._initial is None or isinstance(err, Gone):
+                    raise
+                log.v(4).info("Data couldn't be fetched in watchlist mode, falling back to a regular list",
+                              resource=self.label, err=one_line(err))
+                streaming = False
+                await self._list()
+                continue
             await asyncio.sleep(self._backoff.next())
 
     def _report(self, message: str, error: str) -> None:
@@ -122,11 +159,15 @@ class Reflector:
         # from its watch cache in one piece and ignores `limit`; a consistent list is paginated, is
         # served from the watch cache too since 1.31, and cannot fail with 410 for an old version.
         items, list_rv = await self._paged_list(self.resource.path())
+        self._replace(items, list_rv, "Listed")
+
+    def _replace(self, items: list[dict[str, Any]], rv: str, how: str) -> None:
+        """The state as of `rv` replaces the cache."""
         metrics.informer_relists.labels(self.label).inc()
-        self.deltas.push(DeltaType.REPLACED, items, list_rv)
-        self._set_resource_version(list_rv)
+        self.deltas.push(DeltaType.REPLACED, items, rv)
+        self._set_resource_version(rv)
         self.last_error = None
-        log.v(2).info("Listed", resource=self.label, items=len(items), resourceVersion=list_rv)
+        log.v(2).info(how, resource=self.label, items=len(items), resourceVersion=rv)
 
     async def _paged_list(self, path: str) -> tuple[list[dict], str]:
         """Every object, transformed page by page as it arrives: only one page is ever held in
@@ -164,13 +205,17 @@ class Reflector:
 
     # -- watch ----------------------------------------------------------------------------------------
 
-    async def _watch(self) -> None:
+    async def _watch(self, send_initial_events: bool = False) -> None:
         params = {
             **self.params,
             "resourceVersion": self.last_resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": random.randrange(*WATCH_TIMEOUT_RANGE),
         }
+        if send_initial_events:
+            # The newest state, served from the watch cache (a consistent read, as the LIST's).
+            params.update(resourceVersion="", sendInitialEvents="true", resourceVersionMatch="NotOlderThan")
+        self._initial = {} if send_initial_events else None
         started = time.monotonic()
         events = 0
         async for event in self.client.watch(self.resource.path(), params):
@@ -180,7 +225,11 @@ class Reflector:
             metrics.informer_events_by(self.label, kind or "UNKNOWN").inc()
             if kind == "ERROR":
                 raise error_from_status(int(obj.get("code") or 500), obj)
-            rv = obj.get("metadata", {}).get("resourceVersion", "")
+            metadata = obj.get("metadata", {})
+            rv = metadata.get("resourceVersion", "")
+            if self._initial is not None:
+                await self._initial_event(kind, obj, metadata, rv, events)
+                continue
             if kind == "BOOKMARK":
                 self.deltas.push(DeltaType.BOOKMARK, None, rv)
                 self._set_resource_version(rv)
@@ -197,6 +246,24 @@ class Reflector:
             self._set_resource_version(rv)
         if events == 0 and time.monotonic() - started < MIN_WATCH_DURATION:
             raise VeryShortWatch(f"very short watch of {self.label}: closed with no events")
+
+    async def _initial_event(self, kind: str | None, obj: dict[str, Any], metadata: dict[str, Any], rv: str,
+                             count: int) -> None:
+        """One event of a streamed list: kept aside until the bookmark that ends them, which hands
+        them all to the cache at once, as one LIST would."""
+        assert self._initial is not None
+        if kind == "BOOKMARK":
+            if (metadata.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                items, self._initial = list(self._initial.values()), None
+                self._replace(items, rv, "Streamed the initial state")
+            return
+        if kind == "DELETED":
+            self._initial.pop(object_key(obj), None)
+        elif kind in ("ADDED", "MODIFIED"):
+            key = object_key(obj)
+            self._initial[key] = self.transform(obj)
+        if count % STREAM_YIELD_EVERY == 0:
+            await asyncio.sleep(0)  # chunks arrive faster than they are handled: let others run
 
     def _set_resource_version(self, rv: str) -> None:
         if not rv:

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import urllib.request
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,16 +21,21 @@ pytestmark = pytest.mark.integration
 
 
 class SpyClient(RestClient):
-    """A real client that also remembers the LIST calls reflectors make."""
+    """A real client that also remembers the LIST and WATCH calls reflectors make."""
 
     def __init__(self, base: RestClient) -> None:
         super().__init__(base.config, "spy")
         self.lists: list[tuple[str, dict[str, Any]]] = []
+        self.watches: list[tuple[str, dict[str, Any]]] = []
 
     async def request(self, method: str, path: str, **kw: Any) -> Any:
         if method == "GET":
             self.lists.append((path, dict(kw.get("params") or {})))
         return await super().request(method, path, **kw)
+
+    def watch(self, path: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        self.watches.append((path, dict(params)))
+        return super().watch(path, params)
 
 
 class Events:
@@ -107,16 +113,44 @@ async def test_informer_sees_configmap_and_pod_add_update_delete(control_plane):
         await client.close()
 
 
-async def test_initial_list_of_over_1000_objects_is_paginated(control_plane):
-    client = admin_client(control_plane.kubeconfig)
-    ns = await create_namespace(client, "page")
+async def make_configmaps(client: RestClient, prefix: str, count: int) -> str:
+    ns = await create_namespace(client, prefix)
     sem = asyncio.Semaphore(32)
 
     async def make(i: int) -> None:
         async with sem:
             await client.create(CONFIGMAPS, {"metadata": {"name": f"cm-{i:04d}"}}, namespace=ns)
 
-    await asyncio.gather(*(make(i) for i in range(1100)))
+    await asyncio.gather(*(make(i) for i in range(count)))
+    return ns
+
+
+async def test_initial_state_of_over_1000_objects_is_streamed_not_listed(control_plane):
+    """As client-go 1.36 (WatchListClient on): one watch sends every object, then the bookmark
+    that ends the initial events; no LIST is made, and the same watch goes on."""
+    client = admin_client(control_plane.kubeconfig)
+    ns = await make_configmaps(client, "stream", 1100)
+    spy = SpyClient(client)
+    factory = await synced_factory(spy, CONFIGMAPS)
+    try:
+        assert not [p for path, p in spy.lists if path == CONFIGMAPS.path()]
+        [(_, params)] = [(path, p) for path, p in spy.watches if path == CONFIGMAPS.path()]
+        assert params["sendInitialEvents"] == "true" and params["resourceVersionMatch"] == "NotOlderThan"
+        informer = factory.informer(CONFIGMAPS)
+        assert len(informer.indexer.in_namespace(ns)) == 1100
+        await client.create(CONFIGMAPS, {"metadata": {"name": "after"}}, namespace=ns)
+        await wait_for(lambda: _true(informer.indexer.get_by(ns, "after") is not None))
+        assert len(spy.watches) == 1  # the stream that listed is the one that watches
+    finally:
+        await factory.shutdown()
+        await spy.close()
+        await client.close()
+
+
+async def test_initial_list_of_over_1000_objects_is_paginated_with_watch_list_off(control_plane, monkeypatch):
+    monkeypatch.setenv("KUBE_FEATURE_WatchListClient", "false")
+    client = admin_client(control_plane.kubeconfig)
+    ns = await make_configmaps(client, "page", 1100)
     spy = SpyClient(client)
     factory = await synced_factory(spy, CONFIGMAPS)
     try:
@@ -179,8 +213,9 @@ async def test_one_reflector_serves_two_controllers(control_plane):
         assert await factory.wait_for_cache_sync(timeout=30)
         await client.create(CONFIGMAPS, {"metadata": {"name": "both"}}, namespace=ns)
         await wait_for(lambda: _true(a.has("add", "both") and b.has("add", "both")))
-        lists = [p for path, p in spy.lists if path == CONFIGMAPS.path() and "continue" not in p]
-        assert len(lists) == 1  # one LIST (and one watch) however many handlers
+        # One watch (whose initial events are the list) however many handlers.
+        assert len([p for path, p in spy.watches if path == CONFIGMAPS.path()]) == 1
+        assert not [p for path, p in spy.lists if path == CONFIGMAPS.path()]
     finally:
         await factory.shutdown()
         await spy.close()

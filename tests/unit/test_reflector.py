@@ -1,15 +1,16 @@
-"""Reflector decisions with a scripted API: pagination fallback, bookmarks, 410 handling."""
+"""Reflector decisions with a scripted API: streamed initial state and its fallback to LIST,
+pagination fallback, bookmarks, 410 handling."""
 
 import asyncio
 
 import pytest
 
 from pykcm.client.config import ClientConfig
-from pykcm.client.errors import Gone, TooManyRequests
+from pykcm.client.errors import Gone, Invalid, TooManyRequests
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient
 from pykcm.informers.delta_queue import DeltaQueue, DeltaType
-from pykcm.informers.reflector import PAGE_SIZE, Reflector
+from pykcm.informers.reflector import INITIAL_EVENTS_END, PAGE_SIZE, STREAM_YIELD_EVERY, Reflector, watch_list_enabled
 from pykcm.util.backoff import BackoffManager
 
 
@@ -60,7 +61,7 @@ class RecordingBackoff:
 
 def reflector_with(client: ScriptedClient, queue: DeltaQueue) -> tuple[Reflector, RecordingBackoff]:
     backoff = RecordingBackoff()
-    return Reflector(client, CONFIGMAPS, queue, backoff=backoff), backoff
+    return Reflector(client, CONFIGMAPS, queue, backoff=backoff, watch_list=False), backoff
 
 
 async def run_until(reflector: Reflector, queue: DeltaQueue, count: int) -> list:
@@ -81,7 +82,7 @@ async def test_expired_continue_token_falls_back_to_one_full_list():
         page([cm("a", "1"), cm("b", "2")], "12"),
     ])
     queue = DeltaQueue()
-    reflector = Reflector(client, CONFIGMAPS, queue)
+    reflector = Reflector(client, CONFIGMAPS, queue, watch_list=False)
     [replaced] = await run_until(reflector, queue, 1)
     assert replaced.type is DeltaType.REPLACED
     assert [o["metadata"]["name"] for o in replaced.payload] == ["a", "b"]
@@ -100,7 +101,7 @@ async def test_watch_resumes_from_list_rv_with_bookmarks_and_strips_managed_fiel
         ]],
     )
     queue = DeltaQueue()
-    reflector = Reflector(client, CONFIGMAPS, queue)
+    reflector = Reflector(client, CONFIGMAPS, queue, watch_list=False)
     replaced, bookmark, added = await run_until(reflector, queue, 3)
     assert "managedFields" not in replaced.payload[0]["metadata"]
     assert added.type is DeltaType.ADDED and "managedFields" not in added.payload["metadata"]
@@ -189,3 +190,107 @@ def test_backoff_manager_jitter_stays_within_one_factor():
     backoff = BackoffManager(0.8, 30.0, factor=2.0, jitter=1.0, reset_interval=120.0)
     first = backoff.next()
     assert 0.8 <= first < 1.6
+
+
+# -- the streamed initial state (client-go's watch-list) ------------------------------------------
+
+
+def initial_events_end(rv: str) -> dict:
+    return {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": rv,
+                                                        "annotations": {INITIAL_EVENTS_END: "true"}}}}
+
+
+def streaming_reflector(client: ScriptedClient, queue: DeltaQueue) -> tuple[Reflector, RecordingBackoff]:
+    backoff = RecordingBackoff()
+    return Reflector(client, CONFIGMAPS, queue, backoff=backoff, watch_list=True), backoff
+
+
+async def test_initial_state_is_streamed_then_the_same_watch_goes_on():
+    client = ScriptedClient([], watches=[[
+        {"type": "ADDED", "object": cm("a", "3", managedFields=[{}])},
+        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "8"}}},  # progress, not the end
+        {"type": "ADDED", "object": cm("b", "7")},
+        initial_events_end("9"),
+        {"type": "MODIFIED", "object": cm("a", "10")},
+    ]])
+    queue = DeltaQueue()
+    reflector, _ = streaming_reflector(client, queue)
+    replaced, modified = await run_until(reflector, queue, 2)
+    # One replace with every streamed object, as one LIST would give; nothing listed.
+    assert replaced.type is DeltaType.REPLACED and replaced.resource_version == "9"
+    assert [o["metadata"]["name"] for o in replaced.payload] == ["a", "b"]
+    assert "managedFields" not in replaced.payload[0]["metadata"]
+    assert modified.type is DeltaType.UPDATED and modified.resource_version == "10"
+    assert client.requests == [] and len(client.watch_params) == 1
+    params = client.watch_params[0]
+    assert params["sendInitialEvents"] == "true" and params["resourceVersionMatch"] == "NotOlderThan"
+    assert params["resourceVersion"] == "" and params["allowWatchBookmarks"] == "true"
+    assert reflector.last_resource_version == "10"
+
+
+async def test_a_stream_cut_before_its_end_is_streamed_again_from_scratch():
+    cut = TooManyRequests(429, "TooManyRequests", "slow down")
+
+    client = ScriptedClient([], watches=[
+        [{"type": "ADDED", "object": cm("gone-meanwhile", "3")}],  # closed by the server mid-stream
+        cut,
+        [{"type": "ADDED", "object": cm("b", "7")}, initial_events_end("9")],
+    ])
+    queue = DeltaQueue()
+    reflector, backoff = streaming_reflector(client, queue)
+    [replaced] = await run_until(reflector, queue, 1)
+    assert [o["metadata"]["name"] for o in replaced.payload] == ["b"]
+    assert [p.get("sendInitialEvents") for p in client.watch_params] == ["true"] * 3
+    assert client.requests == [] and backoff.delays == 1  # the 429 backs off; the server's close does not
+
+
+async def test_a_server_refusing_the_stream_is_listed_instead_and_watched_from_the_list():
+    refused = Invalid(422, "Invalid",
+                      "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled")
+    client = ScriptedClient([page([cm("a", "1")], "10")],
+                            watches=[refused, [{"type": "ADDED", "object": cm("b", "11")}]])
+    queue = DeltaQueue()
+    reflector, backoff = streaming_reflector(client, queue)
+    replaced, added = await run_until(reflector, queue, 2)
+    assert replaced.type is DeltaType.REPLACED and replaced.resource_version == "10"
+    assert added.type is DeltaType.ADDED
+    assert client.requests == [{"limit": PAGE_SIZE}] and backoff.delays == 0
+    assert "sendInitialEvents" not in client.watch_params[1] and client.watch_params[1]["resourceVersion"] == "10"
+
+
+async def test_a_410_while_streaming_relists_by_streaming_again():
+    client = ScriptedClient([], watches=[[EXPIRED_EVENT], [{"type": "ADDED", "object": cm("b", "7")},
+                                                          initial_events_end("9")]])
+    queue = DeltaQueue()
+    reflector, backoff = streaming_reflector(client, queue)
+    [replaced] = await run_until(reflector, queue, 1)
+    assert replaced.resource_version == "9" and client.requests == [] and backoff.delays == 1
+
+
+async def test_a_long_stream_hands_the_loop_back_while_it_arrives():
+    names = [f"cm-{i}" for i in range(3 * STREAM_YIELD_EVERY)]
+    client = ScriptedClient([], watches=[[*({"type": "ADDED", "object": cm(n, "1")} for n in names),
+                                          initial_events_end("2")]])
+    queue = DeltaQueue()
+    reflector, _ = streaming_reflector(client, queue)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    [replaced] = await run_until(reflector, queue, 1)
+    task.cancel()
+    assert len(replaced.payload) == len(names) and ticks >= 3
+
+
+@pytest.mark.parametrize(("value", "enabled"), [(None, True), ("true", True), ("false", False), ("0", False)])
+def test_the_watch_list_gate_reads_client_gos_environment_variable(monkeypatch, value, enabled):
+    if value is None:
+        monkeypatch.delenv("KUBE_FEATURE_WatchListClient", raising=False)
+    else:
+        monkeypatch.setenv("KUBE_FEATURE_WatchListClient", value)
+    assert watch_list_enabled() is enabled

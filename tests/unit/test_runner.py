@@ -94,7 +94,7 @@ async def test_reflector_remembers_why_it_cannot_list_and_logs_repeats_quietly(c
     forbidden = Forbidden(403, "Forbidden", 'serviceaccounts is forbidden: User "x" cannot list')
     client = ScriptedClient([forbidden, forbidden, forbidden, page([], "5")])
     queue = DeltaQueue()
-    reflector = Reflector(client, SERVICEACCOUNTS, queue, backoff=RecordingBackoff())
+    reflector = Reflector(client, SERVICEACCOUNTS, queue, backoff=RecordingBackoff(), watch_list=False)
     errors: list[str | None] = []
     original = reflector._list
 
