@@ -31,6 +31,9 @@ from pykcm.testenv.processes import process_trees
 from tests.support import admin_client, create_namespace, is_ready, replicaset_manifest, running_manager, wait_for
 
 pytestmark = [pytest.mark.realnode, pytest.mark.kcm]
+# The own-node tests run first in a session, so on a cold machine the first of them builds the control
+# plane, kubelet, kube-proxy and runc: 15-25 minutes on 2 busy cores (a cold CI run hit the default 10).
+FIRST_IN_SESSION_TIMEOUT = 45 * 60
 
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Lists the projected volume, prints the token, then connects to the `kubernetes` Service.
@@ -123,6 +126,7 @@ def assert_nothing_left(before: dict[str, set[str]], directory: Path) -> None:
 
 
 @pytest.mark.own_real_node
+@pytest.mark.timeout(FIRST_IN_SESSION_TIMEOUT)
 async def test_stop_leaves_no_process_mount_interface_or_iptables_rule(tmp_path: Path) -> None:
     require_prerequisites()
     before = host_snapshot(tmp_path)
@@ -136,6 +140,7 @@ async def test_stop_leaves_no_process_mount_interface_or_iptables_rule(tmp_path:
 
 
 @pytest.mark.own_real_node
+@pytest.mark.timeout(FIRST_IN_SESSION_TIMEOUT)
 async def test_the_next_start_removes_a_real_node_whose_cluster_was_killed(tmp_path: Path) -> None:
     """A job killed with its cluster (SIGKILL, a restarted container) leaves the real node's claim,
     mounts, interfaces, rules, shims and pods behind; the next start must not refuse for ever."""
