@@ -210,6 +210,9 @@ class SharedInformer:
                 self._dispatch_update(previous, obj)
             if i % CHUNK == 0:
                 yield
+        if old:
+            del old  # a relist's old cache: the handlers have heard of it, its memory can go back
+            memory.return_freed()
         if not self._synced.is_set():
             log.v(2).info("Informer synced", resource=self.resource.name, items=len(self.indexer))
             for reg in self._handlers:

@@ -5,12 +5,17 @@ An informer's cache holds millions of small dicts and lists that live as long as
 collection: about a second per 50,000 pods, with the event loop stopped. Nothing in a cache
 forms reference cycles (objects decoded from JSON are trees), so once a cache is built it is
 moved out of the collector's sight (`gc.freeze()`); reference counting still frees its objects
-when a relist or a deletion drops them.
+when a relist or a deletion drops them. What a relist drops (the old cache) goes back to the
+system at once (`malloc_trim`): glibc would otherwise keep the freed pages for reuse, and RSS would
+stay at the relist's peak.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
+from collections.abc import Callable
 
 # Young-generation threshold: collect after this many net allocations of container objects.
 # The default (700) runs a young collection every page or two of a list; at 10,000 they cost
@@ -29,3 +34,19 @@ def settle() -> None:
     later collection walks it again."""
     gc.collect(1)
     gc.freeze()
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
+
+
+def return_freed() -> None:
+    """Give the heap's free pages back to the system, after a large structure was dropped."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
