@@ -29,7 +29,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
     # One real node runs per machine, and the session's (cluster_with_real_node) lives until the
     # end: a test that needs a real node of its own goes first, before any test can start that one.
-    # Tests marked `late` go last: what they need builds in the background meanwhile.
+    # Tests marked `late` go last in their group (own real node, or the rest): what they need builds
+    # in the background meanwhile.
     items.sort(key=lambda item: (item.get_closest_marker("own_real_node") is None,
                                  item.get_closest_marker("late") is not None))
 

@@ -45,14 +45,22 @@ def run_with_progress(
         )
         reader = threading.Thread(target=_copy_lines, args=(proc, log_file, on_line), daemon=True)
         reader.start()
-        while True:
-            try:
-                proc.wait(timeout=PROGRESS_EVERY)
-                break
-            except subprocess.TimeoutExpired:
-                done = f"{status()}, " if status else ""
-                log(f"  {what}: {done}{format_duration(time.monotonic() - started)} elapsed (log: {log_path})")
-        reader.join()
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=PROGRESS_EVERY)
+                    break
+                except subprocess.TimeoutExpired:
+                    done = f"{status()}, " if status else ""
+                    log(f"  {what}: {done}{format_duration(time.monotonic() - started)} elapsed (log: {log_path})")
+        except BaseException:
+            # Interrupted (a test's timeout, ^C): the command must not run on unseen, nor its
+            # output be copied into a closed log.
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            reader.join()
     if proc.returncode != 0:
         raise BuildError(
             f"{action or what} failed (exit {proc.returncode}): {last_line(log_path)}; full output in {log_path}"

@@ -41,8 +41,9 @@ E2E_TIMEOUT = 15 * 60  # hard limit of one run of the container tests, which tak
 ROTATION_TIMEOUT = 30 * 60  # the rotation test alone: about 10 minutes
 BUILD_TIMEOUT = 40 * 60  # e2e.test and agnhost from a cold Go build cache
 
-# Late: e2e.test builds in the background meanwhile (tests/background_builds.py).
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.late("e2e-test")]
+# Each run starts a real node of its own, so the module runs with the other own-node tests, before the
+# session's real node starts, and last among them (late): e2e.test builds in the background meanwhile.
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.own_real_node, pytest.mark.late("e2e-test")]
 
 
 @pytest.fixture(scope="module")
