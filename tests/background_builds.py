@@ -1,8 +1,8 @@
 """Builds a test session starts at once, in background threads at the lowest CPU priority, for
-the tests marked `late("<build>")`: those run last, and meanwhile each build uses the cycles the
-other tests leave idle while they wait on clusters. A late test calls the same build itself and
-waits for the one under way (every build step holds a lock) or, if the background one failed,
-builds in the foreground and reports the error there.
+the tests marked `late("<build>")`: those run last in their group (tests/conftest.py), and
+meanwhile each build uses the cycles the other tests leave idle while they wait on clusters. A
+late test calls the same build itself and waits for the one under way (every build step holds a
+lock) or, if the background one failed, builds in the foreground and reports the error there.
 
 - `dashboard-linter`: Grafana's linter (tests/dashboard_linter.py), 9 to 16 minutes cold.
 - `e2e-test`: the upstream e2e.test binary, 5 to 9 minutes cold.

@@ -17,7 +17,7 @@ from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.errors import ControlPlaneError
 from pykcm.testenv.realnode import check_prerequisites
 from pykcm.util.log import KlogFormatter
-from tests.background_builds import start_background_build
+from tests.background_builds import BUILDS, start_background_build
 from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials, run_managers_as
 from tests.support import admin_client
 
@@ -39,7 +39,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
     marks = [mark for item in session.items for mark in item.iter_markers("late")]
-    if any(len(mark.args) != 1 for mark in marks):
+    if any(len(mark.args) != 1 or mark.args[0] not in BUILDS for mark in marks):
         raise pytest.UsageError("mark a late test with the background build it waits for: "
                                 "@pytest.mark.late(\"<name in tests/background_builds.py>\")")
     wanted = {mark.args[0] for mark in marks}
