@@ -19,7 +19,7 @@ from pykcm.informers.informer import SharedInformer
 from pykcm.serving.healthz import HealthCheck, controller_checks
 from pykcm.util.log import get_logger
 
-SYNC_POLL = 0.1  # client-go's WaitForCacheSync polls every 100 ms
+SYNC_POLL = 0.1  # how often a controller still waiting checks for an informer that cannot sync
 REPORT_EVERY = 30.0  # a controller held back by an informer that cannot sync says so this often
 MANAGER_NAME = "pykcm"
 
@@ -67,13 +67,18 @@ class ControllerRunner:
         resources = [i.resource.name for i in self.informers]
         log.info("Waiting for caches to sync", controller=self.name, informers=resources)
         next_report = 0.0
-        while not all(i.has_synced() for i in self.informers):
-            now = time.monotonic()
-            blocked = next(((i, e) for i in self.informers if (e := i.sync_error()) is not None), None)
-            if blocked is not None and now >= next_report:
-                next_report = now + REPORT_EVERY
-                informer, error = blocked
-                log.error(None, "Informer cannot sync, controller not started",
-                          controller=self.name, resource=informer.resource.name, reason=error)
-            await asyncio.sleep(SYNC_POLL)
+        # Woken the moment the last informer syncs (client-go polls every 100 ms); the poll period
+        # is kept only to report an informer that cannot sync.
+        synced = asyncio.ensure_future(asyncio.gather(*(i.wait_synced() for i in self.informers)))
+        try:
+            while not (await asyncio.wait({synced}, timeout=SYNC_POLL))[0]:
+                now = time.monotonic()
+                blocked = next(((i, e) for i in self.informers if (e := i.sync_error()) is not None), None)
+                if blocked is not None and now >= next_report:
+                    next_report = now + REPORT_EVERY
+                    informer, error = blocked
+                    log.error(None, "Informer cannot sync, controller not started",
+                              controller=self.name, resource=informer.resource.name, reason=error)
+        finally:
+            synced.cancel()
         log.info("Caches are synced", controller=self.name)

@@ -1,7 +1,8 @@
-"""Where the API server is and how to authenticate, loaded by the `kubernetes` package.
+"""Where the API server is and how to authenticate.
 
-The package handles kubeconfig parsing, in-cluster service-account tokens and exec/OIDC
-auth plugins; we only take the resulting endpoint, TLS material and a bearer-token source.
+Plain kubeconfigs and the pod's service account are read by `pykcm.client.kubeconfig`; the
+`kubernetes` package loads everything else (exec/OIDC plugins, merged KUBECONFIG lists). Either
+way we only take the resulting endpoint, TLS material and a bearer-token source.
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-
 from pykcm.client.fence import WriteFence
+from pykcm.client.kubeconfig import (
+    SERVICE_ACCOUNT_DIR,
+    Credentials,
+    default_kubeconfig_path,
+    in_cluster,
+    simple_kubeconfig,
+)
 from pykcm.util.log import get_logger
 
 log = get_logger("client-config")
@@ -52,41 +57,61 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
 
     `--master` overrides the server address from whichever source was used.
     """
+    if kubeconfig and not os.path.exists(kubeconfig):
+        raise ConfigError(f"kubeconfig {kubeconfig!r} does not exist")
+    in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(
+        os.path.join(SERVICE_ACCOUNT_DIR, "token")
+    )
+    if kubeconfig:
+        creds = simple_kubeconfig(kubeconfig, context) or _package_credentials(kubeconfig, context)
+    elif in_pod:
+        creds = in_cluster() or _package_credentials(None, context, in_cluster=True)
+        log.info("Using the in-cluster configuration (the pod's service account token)", host=creds.host)
+    elif master:
+        creds = Credentials(host=master)
+    else:
+        path = default_kubeconfig_path()
+        simple = simple_kubeconfig(path, context) if path else None
+        creds = simple or _package_credentials(None, context)
+    if master:
+        creds.host = master
+    if not creds.host:
+        raise ConfigError("no API server address: give --kubeconfig or --master")
+    https = creds.host.startswith("https")
+    return ClientConfig(
+        host=creds.host.rstrip("/"),
+        ssl_context=tls_context(creds.ca_file, creds.verify_tls, creds.cert_file, creds.key_file) if https else None,
+        token_source=creds.token_source,
+        ca_file=creds.ca_file,
+        verify_tls=creds.verify_tls,
+        cert_file=creds.cert_file if https else None,
+        key_file=creds.key_file if https else None,
+    )
+
+
+def _package_credentials(kubeconfig: str | None, context: str | None, in_cluster: bool = False) -> Credentials:
+    """What the `kubernetes` package loads: auth plugins, merged KUBECONFIG lists, and its messages."""
+    from kubernetes import client as k8s_client  # imported only here: see pykcm.client.kubeconfig
+    from kubernetes import config as k8s_config
+
     cfg = k8s_client.Configuration()
     try:
-        if kubeconfig:
-            if not os.path.exists(kubeconfig):
-                raise ConfigError(f"kubeconfig {kubeconfig!r} does not exist")
-            k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(
-            "/var/run/secrets/kubernetes.io/serviceaccount/token"
-        ):
+        if in_cluster:
             k8s_config.load_incluster_config(client_configuration=cfg)
-            log.info("Using the in-cluster configuration (the pod's service account token)", host=cfg.host)
-        elif master:
-            cfg.host = master
         else:
-            k8s_config.load_kube_config(context=context, client_configuration=cfg)
-    except ConfigError:
-        raise
+            k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     except Exception as exc:  # the package raises several unrelated types; the user needs one line
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise ConfigError(f"invalid configuration: {detail}") from None
-    if master:
-        cfg.host = master
-    if not cfg.host:
-        raise ConfigError("no API server address: give --kubeconfig or --master")
-    https = cfg.host.startswith("https")
-    return ClientConfig(
-        host=cfg.host.rstrip("/"),
-        ssl_context=tls_context(cfg.ssl_ca_cert, cfg.verify_ssl, cfg.cert_file, cfg.key_file) if https else None,
+    return Credentials(
+        host=cfg.host or "",
+        ca_file=cfg.ssl_ca_cert,
+        verify_tls=bool(cfg.verify_ssl),
+        cert_file=cfg.cert_file,
+        key_file=cfg.key_file,
         # The package keeps the token (with its "Bearer " prefix) under "BearerToken", older
         # releases under "authorization"; asking this way also runs exec/OIDC refreshes.
         token_source=lambda: cfg.get_api_key_with_prefix("BearerToken", alias="authorization"),
-        ca_file=cfg.ssl_ca_cert,
-        verify_tls=bool(cfg.verify_ssl),
-        cert_file=cfg.cert_file if https else None,
-        key_file=cfg.key_file if https else None,
     )
 
 

@@ -31,6 +31,10 @@ class FakeInformer:
     def has_synced(self) -> bool:
         return self.synced
 
+    async def wait_synced(self) -> None:
+        while not self.synced:
+            await asyncio.sleep(0.01)
+
     def sync_error(self) -> str | None:
         return None if self.synced else self.error
 

@@ -1,0 +1,161 @@
+"""The lean kubeconfig reader agrees with the `kubernetes` package, and leaves it what it cannot read."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pykcm.client import config, kubeconfig
+from pykcm.client.kubeconfig import Credentials, FileToken, simple_kubeconfig
+
+PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+def write(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any], **extra: Any) -> str:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}, {"name": "other", "cluster": {"server": "https://other:1"}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [
+            {"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "ns"}},
+            {"name": "y", "context": {"cluster": "other", "user": "u"}},
+        ],
+        "current-context": "x",
+        **extra,
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def files(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "pki").mkdir(exist_ok=True)
+    for name in ("ca.crt", "client.crt", "client.key", "token"):
+        (tmp_path / "pki" / name).write_bytes(PEM if name != "token" else b"file-token")
+    return {"ca": "pki/ca.crt", "crt": "pki/client.crt", "key": "pki/client.key", "token": "pki/token"}
+
+
+def summary(creds: Credentials) -> tuple[Any, ...]:
+    read = lambda p: Path(p).read_bytes() if p else None  # noqa: E731 - contents: inline data lands in temp files
+    return (
+        creds.host,
+        creds.verify_tls,
+        read(creds.ca_file),
+        read(creds.cert_file),
+        read(creds.key_file),
+        creds.token_source(),
+    )
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+CASES: dict[str, Any] = {
+    "relative files, token": lambda f: (
+        {"server": "https://127.0.0.1:6443/", "certificate-authority": f["ca"]},
+        {"client-certificate": f["crt"], "client-key": f["key"], "token": "t0k"},
+    ),
+    "inline data": lambda f: (
+        {"server": "https://127.0.0.1:6443", "certificate-authority-data": b64(PEM)},
+        {"client-certificate-data": b64(PEM), "client-key-data": b64(PEM)},
+    ),
+    "token file, insecure": lambda f: (
+        {"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": True},
+        {"tokenFile": f["token"]},
+    ),
+    "plain http": lambda f: ({"server": "http://127.0.0.1:8080"}, {}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_agrees_with_the_package(tmp_path: Path, case: str) -> None:
+    cluster, user = CASES[case](files(tmp_path))
+    path = write(tmp_path, cluster, user)
+    lean = simple_kubeconfig(path)
+    assert lean is not None, "the lean reader should read this kubeconfig"
+    assert summary(lean) == summary(config._package_credentials(path, None))
+
+
+def test_context_is_chosen_by_name(tmp_path: Path) -> None:
+    path = write(tmp_path, {"server": "https://127.0.0.1:6443"}, {"token": "t"})
+    creds = simple_kubeconfig(path, context="y")
+    assert creds is not None and creds.host == "https://other:1"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "user"),
+    [
+        (
+            {"server": "https://h:1"},
+            {"exec": {"command": "get-token", "apiVersion": "client.authentication.k8s.io/v1"}},
+        ),
+        ({"server": "https://h:1"}, {"auth-provider": {"name": "oidc", "config": {}}}),
+        ({"server": "https://h:1"}, {"username": "a", "password": "b"}),
+        ({"server": "https://h:1", "proxy-url": "http://proxy:3128"}, {}),
+        ({"server": "https://h:1", "tls-server-name": "api"}, {}),
+        ({"server": "https://h:1", "certificate-authority": "missing.crt"}, {}),
+        ({"server": "https://h:1", "certificate-authority-data": "not base64!"}, {}),
+        ({"server": "https://h:1"}, {"client-certificate-data": b64(PEM)}),  # a certificate without its key
+        ({}, {"token": "t"}),
+    ],
+)
+def test_leaves_the_rest_to_the_package(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any]) -> None:
+    assert simple_kubeconfig(write(tmp_path, cluster, user)) is None
+
+
+@pytest.mark.parametrize("content", ["", "not: [valid", "- a list", "current-context: missing\ncontexts: []\n"])
+def test_unreadable_files_go_to_the_package(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(content)
+    assert simple_kubeconfig(str(path)) is None
+
+
+def test_a_kubeconfig_list_goes_to_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path}/a:{tmp_path}/b")
+    assert kubeconfig.default_kubeconfig_path() is None
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path}/a")
+    assert kubeconfig.default_kubeconfig_path() == f"{tmp_path}/a"
+
+
+def test_an_exec_plugin_still_loads_through_the_package(tmp_path: Path) -> None:
+    plugin = tmp_path / "plugin.sh"
+    status = '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"from-exec"}}'
+    plugin.write_text(f"#!/bin/sh\necho '{status}'\n")
+    plugin.chmod(0o755)
+    exec_user = {"exec": {"command": str(plugin), "apiVersion": "client.authentication.k8s.io/v1"}}
+    loaded = config.load_config(write(tmp_path, {"server": "https://127.0.0.1:6443"}, exec_user))
+    assert loaded.token_source() == "Bearer from-exec"
+
+
+def test_file_token_is_reread_after_its_period(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("one\n")  # trimmed, as client-go does (the package would send the newline)
+    token = FileToken(str(path), period=0.0)
+    assert token() == "Bearer one"
+    path.write_text("two")
+    assert token() == "Bearer two"
+    path.unlink()
+    assert token() == "Bearer two"  # a token file briefly missing during rotation keeps the last token
+
+
+def test_in_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("sa-token")
+    (tmp_path / "ca.crt").write_bytes(PEM)
+    monkeypatch.setattr(kubeconfig, "SERVICE_ACCOUNT_DIR", str(tmp_path))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    creds = kubeconfig.in_cluster()
+    assert creds is not None
+    assert (creds.host, creds.ca_file, creds.token_source()) == (
+        "https://[fd00::1]:443",
+        str(tmp_path / "ca.crt"),
+        "Bearer sa-token",
+    )
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT")
+    assert kubeconfig.in_cluster() is None
