@@ -14,7 +14,10 @@ phases, from /proc, and the events it wrote (2,000 recorded: one per pod created
 Finally the apiserver's own ceiling: pods/s a fast concurrent client can create, and that
 client's CPU share (well under a core: the apiserver, not the client, sets the ceiling). Beside
 it, the pods/s each controller manager reached in the scale up and its CPU share meanwhile.
-Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10]
+With KCM's default of 5 concurrent ReplicaSet syncs and its slow-start batches (1, 2, 4, ...
+creates, each batch awaited) neither side keeps more than about 20 creates in flight, so the
+ceiling is out of reach by design; `--concurrent-syncs` raises both sides' worker count.
+Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10 --concurrent-syncs 5]
 """
 
 from __future__ import annotations
@@ -113,9 +116,10 @@ async def cleanup(api: RestClient, ns: str) -> None:
 # -- the two controller managers --------------------------------------------------------------------
 
 
-async def bench_kcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, count: int, replicas: int) -> Result:
+async def bench_kcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, count: int, replicas: int,
+                    workers: int) -> Result:
     ns = await create_namespace(api, "bench-kcm")
-    args = (*KCM_ARGS, f"--kube-api-qps={qps}", f"--kube-api-burst={burst}")
+    args = (*KCM_ARGS, f"--kube-api-qps={qps}", f"--kube-api-burst={burst}", f"--concurrent-replicaset-syncs={workers}")
     proc = await asyncio.to_thread(plane.start_kcm, "replicaset", args)
     try:
         await asyncio.sleep(1.0)  # healthz is up; give the informers their initial list
@@ -126,11 +130,11 @@ async def bench_kcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, 
 
 
 async def bench_pykcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, count: int, replicas: int,
-                      log_dir: Path) -> Result:
+                      workers: int, log_dir: Path) -> Result:
     ns = await create_namespace(api, "bench-pykcm")
     proc = PykcmProcess(
         "--kubeconfig", str(plane.kubeconfig), "--controllers", "replicaset",
-        "--kube-api-qps", str(qps), "--kube-api-burst", str(burst),
+        "--kube-api-qps", str(qps), "--kube-api-burst", str(burst), "--concurrent-replicaset-syncs", str(workers),
         log_path=log_dir / f"pykcm-{qps}-{uuid.uuid4().hex[:4]}.log", env=pykcm_env(),
     )
     try:
@@ -164,10 +168,11 @@ async def apiserver_ceiling(api: RestClient, pods: int = 1000, concurrency: int 
 # -- report -----------------------------------------------------------------------------------------
 
 
-def print_table(rows: list[tuple[str, Result, Result]], ceiling: Ceiling, count: int, replicas: int) -> None:
+def print_table(rows: list[tuple[str, Result, Result]], ceiling: Ceiling, count: int, replicas: int,
+                workers: int) -> None:
     print()
     print(f"ReplicaSet controller benchmark: {count} ReplicaSets x {replicas} replicas "
-          f"({count * replicas} pods), local kube-apiserver v1.36.3")
+          f"({count * replicas} pods), {workers} concurrent syncs, local kube-apiserver v1.36.3")
     groups = [
         (limits, [
             Figure("scale up (s)", kcm.scale_up, ours.scale_up),
@@ -195,15 +200,16 @@ async def main_async(args: argparse.Namespace) -> None:
             rows = []
             for qps, burst in settings:
                 print(f"[bench] qps {qps}/burst {burst}: kube-controller-manager ...", flush=True)
-                kcm = await bench_kcm(plane, api, qps, burst, args.replica_sets, args.replicas)
+                workload = (args.replica_sets, args.replicas, args.concurrent_syncs)
+                kcm = await bench_kcm(plane, api, qps, burst, *workload)
                 print(f"[bench] qps {qps}/burst {burst}: pykcm ...", flush=True)
-                ours = await bench_pykcm(plane, api, qps, burst, args.replica_sets, args.replicas, plane.logs_dir)
+                ours = await bench_pykcm(plane, api, qps, burst, *workload, plane.logs_dir)
                 rows.append((f"qps {qps}/burst {burst}", kcm, ours))
             print("[bench] apiserver ceiling ...", flush=True)
             ceiling = await apiserver_ceiling(api)
         finally:
             await api.close()
-    print_table(rows, ceiling, args.replica_sets, args.replicas)
+    print_table(rows, ceiling, args.replica_sets, args.replicas, args.concurrent_syncs)
 
 
 def main() -> None:
@@ -211,6 +217,8 @@ def main() -> None:
     parser.add_argument("--replica-sets", type=int, default=100)
     parser.add_argument("--replicas", type=int, default=10)
     parser.add_argument("--limits", default="20/30,1000/1000", help="qps/burst pairs, comma separated")
+    parser.add_argument("--concurrent-syncs", type=int, default=5,
+                        help="--concurrent-replicaset-syncs of both sides (5: KCM's default)")
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -63,7 +63,7 @@ CONTROLLERS = "replicaset-controller,namespace-controller,serviceaccount-control
 KCM_STARTED = ('"Starting controller" name="replicaset"', "Starting namespace controller",
                "Starting service account controller")
 REQUEST_CONCURRENCY = 100
-POLL = 1.0
+POLL = 0.5  # the figures are read to this resolution
 SAMPLE_EVERY = 0.2
 PHASE_TIMEOUT = 900.0
 PROGRESS_EVERY = 15.0
