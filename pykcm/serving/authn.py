@@ -10,10 +10,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
-
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.rest import RestClient
+from pykcm.serving.http import Request
 from pykcm.util.log import get_logger
 from pykcm.util.ttlcache import TTLCache
 
@@ -55,7 +54,7 @@ class DelegatingAuthenticator:
         self.client = client
         self._cache: TTLCache[str, UserInfo | None] = TTLCache(cache_ttl)
 
-    async def authenticate(self, request: web.Request) -> UserInfo:
+    async def authenticate(self, request: Request) -> UserInfo:
         user = _certificate_user(request)
         if user is not None:
             return user
@@ -104,10 +103,9 @@ def bearer_token(header: str) -> str | None:
     return parts[1]
 
 
-def _certificate_user(request: web.Request) -> UserInfo | None:
+def _certificate_user(request: Request) -> UserInfo | None:
     """The user of a verified client certificate: CN is the name, each O a group."""
-    ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
-    cert = ssl_object.getpeercert() if ssl_object is not None else None
+    cert = request.ssl_object.getpeercert() if request.ssl_object is not None else None
     if not cert:
         return None  # no certificate, or no client CA configured (then nothing is verified)
     name, groups = "", []

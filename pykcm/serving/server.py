@@ -12,14 +12,12 @@ allowed) denied with 403, exactly as KCM answers; a token the apiserver rejects 
 
 from __future__ import annotations
 
-import contextlib
 import ssl
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from urllib.parse import unquote
 
 import orjson
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from pykcm.client.errors import ApiError, TransportError
@@ -27,6 +25,7 @@ from pykcm.serving.authn import DelegatingAuthenticator, Unauthenticated
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError
 from pykcm.serving.healthz import HealthCheck, checks_for, evaluate, run_check
+from pykcm.serving.http import HTTPServer, Request, Response
 from pykcm.util.log import get_logger
 
 log = get_logger("server")
@@ -34,7 +33,7 @@ log = get_logger("server")
 HEALTH_ENDPOINTS = ("healthz", "livez", "readyz")
 
 
-def _status(code: int, reason: str, message: str) -> web.Response:
+def _status(code: int, reason: str, message: str) -> Response:
     """A metav1.Status body, as the apiserver's filters write them."""
     body = {
         "kind": "Status",
@@ -48,13 +47,11 @@ def _status(code: int, reason: str, message: str) -> web.Response:
     }
     if code == 401:
         del body["details"]
-    return web.Response(
-        status=code, body=orjson.dumps(body, option=orjson.OPT_INDENT_2), content_type="application/json"
-    )
+    return Response(code, orjson.dumps(body, option=orjson.OPT_INDENT_2), {"Content-Type": "application/json"})
 
 
 class SecureServer:
-    """The aiohttp application on the manager's event loop."""
+    """The secure port's handler chain on pykcm.serving.http, on the manager's event loop."""
 
     def __init__(
         self,
@@ -71,38 +68,25 @@ class SecureServer:
         self.health_checks = health_checks
         self.authenticator = authenticator
         self.authorizer = authorizer
-        self._runner: web.AppRunner | None = None
-
-    def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._guard])
-        for endpoint in HEALTH_ENDPOINTS:
-            app.router.add_get(f"/{endpoint}", self._health(endpoint))
-            app.router.add_get(f"/{endpoint}/{{check}}", self._single_check(endpoint))
-        app.router.add_get("/metrics", self._metrics)
-        return app
+        self._http: HTTPServer | None = None
 
     async def start(self) -> None:
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context, reuse_address=True)
+        http = HTTPServer(self._guard)
         try:
-            await site.start()
+            await http.start(self.host, self.port, self.ssl_context)
         except OSError as err:
-            await runner.cleanup()
             raise ServingError(f"failed to listen on {self.host}:{self.port}: {err.strerror or err}") from None
-        self._runner = runner
+        self._http = http
         log.info("Serving securely", address=f"{self.host}:{self.port}")
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            with contextlib.suppress(Exception):
-                await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
 
-    @web.middleware
-    async def _guard(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    async def _guard(self, request: Request) -> Response:
         start = time.monotonic()
-        response = await self._authorized(request, handler)
+        response = await self._authorized(request)
         response.headers["Cache-Control"] = "no-cache, private"
         log.v(3).info(
             "HTTP", verb=request.method, path=request.path, status=response.status,
@@ -110,7 +94,8 @@ class SecureServer:
         )
         return response
 
-    async def _authorized(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    async def _authorized(self, request: Request) -> Response:
+        """Authenticate, authorize, then route: an unknown path is a 404 only to whom may ask for it."""
         try:
             user = await self.authenticator.authenticate(request)
         except Unauthenticated:
@@ -127,41 +112,49 @@ class SecureServer:
             if decision.reason:
                 message += f": {decision.reason}"
             return _status(403, "Forbidden", message)
-        try:
-            return await handler(request)
-        except web.HTTPNotFound:
-            return web.Response(status=404, text="404 page not found\n")
+        handler = self._route(request.raw_path)
+        if handler is None:
+            return _not_found()
+        if request.method not in ("GET", "HEAD"):
+            return Response(405, b"405: Method Not Allowed", {"Content-Type": _PLAIN, "Allow": "GET,HEAD"})
+        return await handler(request)
 
-    def _health(self, endpoint: str) -> Callable[[web.Request], Any]:
-        async def handle(request: web.Request) -> web.Response:
-            checks = checks_for(endpoint, self.health_checks())
-            result = evaluate(endpoint, checks, request.query.getall("exclude", []), "verbose" in request.query)
-            return _text(result.status, result.body)
+    def _route(self, raw_path: str) -> Callable[[Request], Awaitable[Response]] | None:
+        """The handler of /metrics, /{endpoint} or /{endpoint}/{check}, matched before percent-decoding
+        (so that /readyz%2Fping is no check of /readyz, as the aiohttp router had it)."""
+        if raw_path == "/metrics":
+            return self._metrics
+        _, endpoint, *rest = raw_path.split("/")
+        if endpoint not in HEALTH_ENDPOINTS or len(rest) > 1 or (rest and not rest[0]):
+            return None
+        if not rest:
+            return lambda request: self._health(endpoint, request)
+        return lambda request: self._single_check(endpoint, unquote(rest[0]))
 
-        return handle
+    async def _health(self, endpoint: str, request: Request) -> Response:
+        checks = checks_for(endpoint, self.health_checks())
+        result = evaluate(endpoint, checks, request.query.getall("exclude", []), "verbose" in request.query)
+        return _text(result.status, result.body)
 
-    def _single_check(self, endpoint: str) -> Callable[[web.Request], Any]:
-        async def handle(request: web.Request) -> web.Response:
-            name = request.match_info["check"]
-            check = next((c for c in checks_for(endpoint, self.health_checks()) if c.name == name), None)
-            if check is None:
-                return web.Response(status=404, text="404 page not found\n")
-            reason = run_check(check)
-            if reason is None:
-                return _text(200, "ok")
-            return _text(500, f"internal server error: {reason}\n")
+    async def _single_check(self, endpoint: str, name: str) -> Response:
+        check = next((c for c in checks_for(endpoint, self.health_checks()) if c.name == name), None)
+        if check is None:
+            return _not_found()
+        reason = run_check(check)
+        if reason is None:
+            return _text(200, "ok")
+        return _text(500, f"internal server error: {reason}\n")
 
-        return handle
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def _metrics(self, request: Request) -> Response:
+        return Response(200, generate_latest(REGISTRY), {"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def _text(status: int, body: str) -> web.Response:
-    return web.Response(
-        status=status,
-        text=body,
-        content_type="text/plain",
-        charset="utf-8",
-        headers={"X-Content-Type-Options": "nosniff"},
-    )
+_PLAIN = "text/plain; charset=utf-8"
+
+
+def _not_found() -> Response:
+    return Response(404, b"404 page not found\n", {"Content-Type": _PLAIN})
+
+
+def _text(status: int, body: str) -> Response:
+    return Response(status, body.encode(), {"X-Content-Type-Options": "nosniff", "Content-Type": _PLAIN})

@@ -1,0 +1,360 @@
+"""A minimal HTTP/1.1 server on an asyncio protocol: just what the secure port's few GET endpoints take.
+
+aiohttp's server cost 0.1-0.2 s of CPU at every start only to be imported. Here a connection is a
+protocol that parses requests as bytes arrive and hands each one, whole, to an `async (Request) ->
+Response` handler; the answer is written with one transport.write(). Keep-alive and pipelining are
+served one request at a time, in order. The endpoints take no body, so a Content-Length body is read
+and dropped up to a small cap (413 beyond it); a chunked body is not parsed at all: the request is
+answered and the connection closed, as Go's net/http does with a body too large to discard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate  # prometheus_client imports it anyway (urllib.request)
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from pykcm.util.log import get_logger
+
+log = get_logger("server")
+
+MAX_HEAD = 64 * 1024  # request line and headers
+MAX_BODY = 64 * 1024  # a body these endpoints ignore: read and dropped up to this, refused beyond it
+IDLE_TIMEOUT = 90.0  # the apiserver's secure serving: IdleTimeout
+HEAD_TIMEOUT = 32.0  # ... and ReadHeaderTimeout: a request's head must be whole this long after it began
+STOP_GRACE = 5.0  # stop() lets a request being handled finish this long before cutting it off
+_OWN_HEADERS = frozenset({"content-length", "date", "connection", "transfer-encoding"})  # written here only
+_PLAIN = "text/plain; charset=utf-8"
+_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+class Headers(dict[str, str]):
+    """Request headers under lower-case names; a repeated header's values joined with ', '."""
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+
+class Query(dict[str, list[str]]):
+    """The query's values by name, in order; `?verbose` has the value ''."""
+
+    def getall(self, name: str, default: list[str] | None = None) -> list[str]:
+        return self.get(name, default if default is not None else [])
+
+
+class Request:
+    __slots__ = ("headers", "method", "path", "query", "raw_path", "ssl_object", "version")
+
+    def __init__(
+        self, method: str, raw_path: str, query: Query, headers: Headers, version: str, ssl_object: Any
+    ) -> None:
+        self.method, self.raw_path, self.query, self.headers = method, raw_path, query, headers
+        self.path = unquote(raw_path)  # what authorization sees, as the apiserver's filters do
+        self.version, self.ssl_object = version, ssl_object  # ssl.SSLObject: the client certificate
+
+
+class Response:
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int = 200, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.status, self.body, self.headers = status, body, headers if headers is not None else {}
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _Failure(Exception):
+    """A request the protocol itself refuses: answered with this status, then the connection closes."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+_reasons: dict[int, str] = {}
+_date: tuple[int, bytes] = (0, b"")
+
+
+def _reason(status: int) -> str:
+    reason = _reasons.get(status)
+    if reason is None:
+        try:
+            reason = _reasons[status] = HTTPStatus(status).phrase
+        except ValueError:
+            reason = f"status code {status}"
+    return reason
+
+
+def _http_date() -> bytes:
+    """The Date header's value, made once a second."""
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, formatdate(now, usegmt=True).encode())
+    return _date[1]
+
+
+class HTTPServer:
+    """Listens on host:port (TLS when an ssl context is given) and serves every request with `handler`."""
+
+    def __init__(self, handler: Handler, idle_timeout: float = IDLE_TIMEOUT, head_timeout: float = HEAD_TIMEOUT):
+        self.handler, self.idle_timeout, self.head_timeout = handler, idle_timeout, head_timeout
+        self.connections: set[_Connection] = set()
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self, host: str, port: int, ssl_context: Any = None) -> int:
+        """Listen; returns the port (the one picked when `port` is 0)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), host, port, ssl=ssl_context, reuse_address=True
+        )
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        """Stop listening, close idle connections, let busy ones finish their answer (STOP_GRACE at most)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        conns = list(self.connections)
+        for conn in conns:
+            conn.shut()
+        if conns:
+            await asyncio.wait([conn.lost for conn in conns], timeout=STOP_GRACE)
+        for conn in list(self.connections):
+            conn.abort()
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: requests parsed from a buffer, handled one at a time, answered in order."""
+
+    def __init__(self, server: HTTPServer) -> None:
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self.lost = self._loop.create_future()  # stop() waits for it
+        self._buf = b""
+        self._scanned = 0  # how far the buffer was searched for the head's end: not searched again
+        self._continued = False  # 100 Continue was sent for the request in the buffer
+        self._busy: asyncio.Task[None] | None = None  # the request being handled
+        self._closing = False  # no further request is read: the last answer said Connection: close
+        self._write_paused = False
+        self._read_paused = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._head_timer = False  # the timer running is the head's, not the idle one
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._server.connections.add(self)
+        self._arm(self._server.idle_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        self._closing = True
+        self._disarm()
+        self._transport = None  # a handler still running finishes; its answer has nowhere to go
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return  # after a final answer, the rest (a chunked body, say) is never parsed
+        self._buf += data
+        if self._busy is not None or self._write_paused:
+            # Pipelined requests wait their turn; past this much the client is not waiting for answers.
+            if len(self._buf) > MAX_HEAD + MAX_BODY and not self._read_paused and self._transport is not None:
+                self._read_paused = True
+                self._transport.pause_reading()
+            return
+        self._next()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True  # the client is not reading its answers: read no more requests
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._busy is None:
+            self._next()
+
+
+    def shut(self) -> None:
+        """From stop(): an idle connection closes now, a busy one after its answer."""
+        self._closing = True
+        if self._busy is None and self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._busy is not None:
+            self._busy.cancel()
+        if self._transport is not None:
+            self._transport.abort()
+
+
+    def _next(self) -> None:
+        """Start on the next whole request in the buffer, if there is one."""
+        if self._closing or self._write_paused or self._transport is None:
+            return
+        try:
+            parsed = self._parse()
+        except _Failure as failure:
+            text = f"{failure.status} {_reason(failure.status)}".encode()
+            self._write(Response(failure.status, text, {"Content-Type": _PLAIN}), "HTTP/1.1", True)
+            return
+        if parsed is None:
+            if self._buf and not self._head_timer:  # a head begun: whole within head_timeout, however slow
+                self._arm(self._server.head_timeout)
+                self._head_timer = True
+            return
+        self._disarm()
+        self._busy = self._loop.create_task(self._handle(*parsed))
+
+    def _parse(self) -> tuple[Request, bool] | None:
+        """The next request and whether the connection closes after it, or None until more bytes come."""
+        if self._scanned == 0:
+            self._buf = self._buf.lstrip(b"\r\n")  # stray line ends before a request line are ignored
+        buf = self._buf
+        start = max(self._scanned - 2, 0)
+        ends = [(i, i + 2) for i in (buf.find(b"\n\n", start),) if i >= 0]
+        ends += [(i, i + 3) for i in (buf.find(b"\n\r\n", start),) if i >= 0]
+        if not ends:
+            if len(buf) > MAX_HEAD:
+                raise _Failure(431)
+            self._scanned = len(buf)
+            return None
+        eoh, body_start = min(ends)
+        if eoh > MAX_HEAD:
+            raise _Failure(431)
+        self._scanned = eoh  # the head is found; only the body may be missing
+        lines = [line[:-1] if line.endswith(b"\r") else line for line in buf[:eoh].split(b"\n")]
+        method, target, version = _request_line(lines[0])
+        headers = _headers(lines[1:])
+        tokens = {t.strip() for t in headers.get("connection", "").lower().split(",")}
+        close = "close" in tokens or (version == "HTTP/1.0" and "keep-alive" not in tokens)
+        if "transfer-encoding" in headers:
+            # Go answers such a request and closes when the body is more than it will discard; the
+            # body is never parsed here, so nothing in it can be taken for a request.
+            length, close = 0, True
+        else:
+            value = headers.get("content-length", "0")
+            if not value.isdigit() or not value.isascii():
+                raise _Failure(400)
+            length = int(value)
+            if length > MAX_BODY:
+                raise _Failure(413)
+            if len(buf) - body_start < length:
+                if not self._continued and headers.get("expect", "").lower() == "100-continue":
+                    self._continued = True  # the client waits for this before it sends the body
+                    self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
+                return None
+        self._buf, self._scanned, self._continued = buf[body_start + length :], 0, False
+        path, _, query = target.partition("?")
+        ssl_object = self._transport.get_extra_info("ssl_object") if self._transport is not None else None
+        return Request(method, path, _query(query), headers, version, ssl_object), close
+
+    async def _handle(self, request: Request, close: bool) -> None:
+        try:
+            response = await self._server.handler(request)
+        except Exception as err:  # the handler's bug: answered, logged, and the connection serves on
+            log.error(err, "Request handler failed", verb=request.method, path=request.path)
+            response = Response(500, b"500 Internal Server Error", {"Content-Type": _PLAIN})
+        self._busy = None
+        try:
+            self._write(response, request.version, close, with_body=request.method != "HEAD")
+        except Exception as err:  # an answer that cannot be written (a header not in latin-1): drop the connection
+            log.error(err, "Cannot write the response", verb=request.method, path=request.path)
+            self.abort()
+            return
+        if self._read_paused and self._transport is not None:
+            self._read_paused = False
+            self._transport.resume_reading()
+        if not self._closing:
+            self._arm(self._server.idle_timeout)
+            self._next()
+
+    def _write(self, response: Response, version: str, close: bool, with_body: bool = True) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        close = close or self._closing
+        parts = [f"{version} {response.status} {_reason(response.status)}\r\n"]
+        parts += [f"{k}: {v}\r\n" for k, v in response.headers.items() if k.lower() not in _OWN_HEADERS]
+        if close:
+            parts.append("Connection: close\r\n")
+        elif version == "HTTP/1.0":
+            parts.append("Connection: keep-alive\r\n")
+        # HEAD: the length the body would have, and no body.
+        parts.append(f"Content-Length: {len(response.body)}\r\nDate: ")
+        head = "".join(parts).encode("latin-1") + _http_date() + b"\r\n\r\n"
+        transport.write(head + response.body if with_body and response.body else head)
+        if close:
+            self._closing = True
+            transport.close()  # once the answer is flushed
+
+
+    def _arm(self, timeout: float) -> None:
+        """The connection closes unless a whole request has come within `timeout`."""
+        self._disarm()
+        self._timer = self._loop.call_later(timeout, self._expire)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._head_timer = False
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self._busy is None and self._transport is not None:
+            self._closing = True
+            self._transport.close()
+
+
+def _request_line(line: bytes) -> tuple[str, str, str]:
+    parts = line.split(b" ")
+    if len(parts) != 3 or not parts[0] or not set(parts[0]) <= _TOKEN or not parts[1]:
+        raise _Failure(400)
+    method, target, version = parts
+    if not version.startswith(b"HTTP/") or len(version) != 8 or version[6:7] != b".":
+        raise _Failure(400)
+    if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise _Failure(505)
+    if target.startswith((b"http://", b"https://")):  # absolute-form: only its path counts
+        target = b"/" + target.split(b"/", 3)[3] if target.count(b"/") >= 3 else b"/"
+    if not target.startswith(b"/") or any(c <= 0x20 or c == 0x7F for c in target):
+        raise _Failure(400)
+    return method.decode("ascii"), target.decode("latin-1"), version.decode("ascii")
+
+
+def _headers(lines: list[bytes]) -> Headers:
+    headers = Headers()
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        # No space before the colon, no folded lines, no stray CR: ambiguous heads are refused.
+        if not colon or not name or not set(name) <= _TOKEN or b"\r" in value:
+            raise _Failure(400)
+        key, text = name.decode("ascii").lower(), value.strip(b" \t").decode("latin-1")
+        if key in headers:
+            if key == "content-length" and headers[key] != text:
+                raise _Failure(400)  # two different lengths: which body is meant cannot be known
+            if key != "content-length":
+                text = f"{headers[key]}, {text}"
+        dict.__setitem__(headers, key, text)
+    return headers
+
+
+def _query(query: str) -> Query:
+    values = Query()
+    if query:
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            values.setdefault(name, []).append(value)
+    return values

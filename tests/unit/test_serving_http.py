@@ -1,0 +1,344 @@
+"""The secure port's HTTP/1.1 server (pykcm.serving.http) against raw sockets on loopback: the bytes
+a client sends, including the broken and hostile ones, and the bytes it gets back; last, pykcm's
+handler chain (pykcm.serving.server) on it, without an apiserver."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from pykcm.serving import http
+from pykcm.serving.authn import DelegatingAuthenticator
+from pykcm.serving.authz import DelegatingAuthorizer
+from pykcm.serving.certs import self_signed_certificate
+from pykcm.serving.healthz import HealthCheck
+from pykcm.serving.http import HTTPServer, Request, Response
+from pykcm.serving.server import SecureServer
+from tests.support import free_port
+
+Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class App:
+    """Answers `<method> <path>` as text; /boom raises, /slow answers after a while."""
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+
+    async def __call__(self, request: Request) -> Response:
+        self.requests.append(request)
+        if request.path == "/boom":
+            raise RuntimeError("handler bug")
+        if request.path == "/slow":
+            await asyncio.sleep(0.1)
+        return Response(200, f"{request.method} {request.path}".encode(), {"Content-Type": "text/plain"})
+
+
+@pytest.fixture
+def app() -> App:
+    return App()
+
+
+@pytest.fixture
+async def server(app: App) -> AsyncIterator[tuple[HTTPServer, int]]:
+    srv = HTTPServer(app)
+    port = await srv.start("127.0.0.1", 0)
+    yield srv, port
+    await srv.stop()
+
+
+async def connect(port: int) -> Conn:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def read_response(reader: asyncio.StreamReader, head_only: bool = False) -> tuple[str, dict[str, str], bytes]:
+    """The status line, headers under lower-case names, and a Content-Length body (none for HEAD)."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    status, *lines = head[:-4].decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    if head_only:
+        return status, headers, b""
+    body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), 5)
+    return status, headers, body
+
+
+async def closed(reader: asyncio.StreamReader) -> bool:
+    """The server closed the connection (EOF) with nothing more to read."""
+    return await asyncio.wait_for(reader.read(), 5) == b""
+
+
+async def exchange(port: int, data: bytes) -> tuple[str, dict[str, str], bytes, bool]:
+    reader, writer = await connect(port)
+    writer.write(data)
+    status, headers, body = await read_response(reader)
+    eof = await closed(reader)
+    writer.close()
+    return status, headers, body, eof
+
+
+def get(path: str = "/", *headers: str, method: str = "GET", version: str = "HTTP/1.1") -> bytes:
+    return "\r\n".join([f"{method} {path} {version}", "Host: x", *headers, "", ""]).encode()
+
+
+async def test_keep_alive_serves_two_requests_on_one_connection(server: tuple[HTTPServer, int]) -> None:
+    reader, writer = await connect(server[1])
+    for path in ("/one", "/two"):
+        writer.write(get(path))
+        status, headers, body = await read_response(reader)
+        assert status == "HTTP/1.1 200 OK" and body == f"GET {path}".encode()
+        assert headers["content-length"] == str(len(body)) and headers["date"].endswith(" GMT")
+        assert "connection" not in headers
+    writer.close()
+
+
+async def test_connection_close_is_honoured(server: tuple[HTTPServer, int]) -> None:
+    status, headers, _, eof = await exchange(server[1], get("/", "Connection: close"))
+    assert status == "HTTP/1.1 200 OK" and headers["connection"] == "close" and eof
+
+
+async def test_http_1_0_closes_unless_keep_alive_is_asked(server: tuple[HTTPServer, int]) -> None:
+    status, headers, _, eof = await exchange(server[1], get("/", version="HTTP/1.0"))
+    assert status == "HTTP/1.0 200 OK" and headers["connection"] == "close" and eof
+
+    reader, writer = await connect(server[1])
+    for _ in range(2):
+        writer.write(get("/", "Connection: Keep-Alive", version="HTTP/1.0"))
+        status, headers, _ = await read_response(reader)
+        assert status == "HTTP/1.0 200 OK" and headers["connection"] == "keep-alive"
+    writer.close()
+
+
+async def test_an_oversize_head_is_refused_with_431(server: tuple[HTTPServer, int], app: App) -> None:
+    status, _, _, eof = await exchange(server[1], get("/", "X-Big: " + "a" * (70 * 1024)))
+    assert status.startswith("HTTP/1.1 431 Request Header Fields Too Large") and eof
+    status, _, _, eof = await exchange(server[1], b"GET /" + b"a" * (70 * 1024))  # never ends
+    assert status.startswith("HTTP/1.1 431") and eof
+    assert app.requests == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"GET /\r\n\r\n",
+        b"GET / HTTP/1.1 extra\r\n\r\n",
+        b"GET nopath HTTP/1.1\r\n\r\n",
+        b"G(T / HTTP/1.1\r\n\r\n",
+        b"GET / HTTX/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost : x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nno colon\r\n\r\n",
+        b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        b"GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+    ],
+)
+async def test_a_malformed_request_is_answered_400_and_closed(
+    server: tuple[HTTPServer, int], app: App, data: bytes
+) -> None:
+    status, headers, body, eof = await exchange(server[1], data)
+    assert status == "HTTP/1.1 400 Bad Request" and body == b"400 Bad Request"
+    assert headers["connection"] == "close" and eof
+    assert app.requests == []
+
+
+async def test_unsupported_http_version_is_505(server: tuple[HTTPServer, int]) -> None:
+    status, _, _, eof = await exchange(server[1], b"GET / HTTP/2.0\r\n\r\n")
+    assert status == "HTTP/1.1 505 HTTP Version Not Supported" and eof
+
+
+async def test_a_small_body_is_dropped_and_a_large_one_refused_with_413(
+    server: tuple[HTTPServer, int], app: App
+) -> None:
+    reader, writer = await connect(server[1])
+    writer.write(get("/first", "Content-Length: 5") + b"hello" + get("/second"))
+    assert (await read_response(reader))[2] == b"GET /first"
+    assert (await read_response(reader))[2] == b"GET /second"
+    writer.close()
+
+    status, headers, _, eof = await exchange(server[1], get("/", f"Content-Length: {http.MAX_BODY + 1}"))
+    assert status == "HTTP/1.1 413 Request Entity Too Large" and headers["connection"] == "close" and eof
+    assert [r.path for r in app.requests] == ["/first", "/second"]
+
+
+async def test_expect_100_continue_gets_its_interim_answer(server: tuple[HTTPServer, int]) -> None:
+    reader, writer = await connect(server[1])
+    writer.write(get("/", "Content-Length: 3", "Expect: 100-continue"))
+    assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(b"abc")
+    assert (await read_response(reader))[2] == b"GET /"
+    writer.close()
+
+
+async def test_a_chunked_body_is_never_parsed_the_request_is_answered_and_closed(
+    server: tuple[HTTPServer, int], app: App
+) -> None:
+    smuggled = get("/smuggled")
+    data = get("/", "Transfer-Encoding: chunked") + f"{len(smuggled):x}\r\n".encode() + smuggled + b"\r\n0\r\n\r\n"
+    status, headers, body, eof = await exchange(server[1], data)
+    assert status == "HTTP/1.1 200 OK" and body == b"GET /" and headers["connection"] == "close" and eof
+    assert [r.path for r in app.requests] == ["/"]
+
+
+async def test_head_has_the_length_of_the_body_and_no_body(server: tuple[HTTPServer, int]) -> None:
+    reader, writer = await connect(server[1])
+    writer.write(get("/x", method="HEAD") + get("/x"))
+    status, headers, _ = await read_response(reader, head_only=True)
+    assert status == "HTTP/1.1 200 OK" and headers["content-length"] == str(len(b"HEAD /x"))
+    # The next bytes are the GET's answer: the HEAD's carried no body.
+    assert (await read_response(reader))[2] == b"GET /x"
+    writer.close()
+
+
+async def test_a_handler_exception_is_a_500_logged_once_and_serving_goes_on(
+    server: tuple[HTTPServer, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    reader, writer = await connect(server[1])
+    with caplog.at_level(logging.ERROR):
+        writer.write(get("/boom"))
+        status, _, body = await read_response(reader)
+    assert status == "HTTP/1.1 500 Internal Server Error" and body == b"500 Internal Server Error"
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == ["Request handler failed"]
+    writer.write(get("/after"))
+    assert (await read_response(reader))[2] == b"GET /after"
+    writer.close()
+
+
+async def test_stop_closes_idle_keep_alive_connections(app: App) -> None:
+    srv = HTTPServer(app)
+    port = await srv.start("127.0.0.1", 0)
+    reader, writer = await connect(port)
+    writer.write(get("/"))
+    await read_response(reader)
+    await asyncio.wait_for(srv.stop(), 5)
+    assert await closed(reader)
+    assert not srv.connections
+    with pytest.raises(OSError):
+        await connect(port)
+    writer.close()
+
+
+async def test_stop_lets_a_busy_request_finish(app: App) -> None:
+    srv = HTTPServer(app)
+    port = await srv.start("127.0.0.1", 0)
+    reader, writer = await connect(port)
+    writer.write(get("/slow"))
+    await asyncio.sleep(0.02)
+    await asyncio.wait_for(srv.stop(), 5)
+    _, headers, body = await read_response(reader)
+    assert body == b"GET /slow" and headers["connection"] == "close" and await closed(reader)
+    writer.close()
+
+
+async def test_idle_connections_are_closed_after_the_timeout(app: App) -> None:
+    srv = HTTPServer(app, idle_timeout=0.1, head_timeout=0.1)
+    port = await srv.start("127.0.0.1", 0)
+    try:
+        reader, writer = await connect(port)
+        writer.write(get("/"))
+        await read_response(reader)
+        assert await closed(reader)
+        writer.close()
+        reader, writer = await connect(port)
+        writer.write(b"GET / HTTP/1.1\r\n")  # a head that never ends
+        assert await closed(reader)
+        writer.close()
+    finally:
+        await srv.stop()
+
+
+async def test_pipelined_requests_are_answered_in_order(server: tuple[HTTPServer, int]) -> None:
+    reader, writer = await connect(server[1])
+    writer.write(get("/slow") + get("/fast") + get("/last", "Connection: close"))
+    bodies = [(await read_response(reader))[2] for _ in range(3)]
+    assert bodies == [b"GET /slow", b"GET /fast", b"GET /last"]
+    assert await closed(reader)
+    writer.close()
+
+
+async def test_path_is_decoded_and_the_query_has_every_value(server: tuple[HTTPServer, int], app: App) -> None:
+    await exchange(server[1], get("/a%20b/c%2Fd?x=1&x=2&verbose&e=&s=%26+z", "X-Case: Yes", "Connection: close"))
+    request = app.requests[0]
+    assert request.path == "/a b/c/d" and request.raw_path == "/a%20b/c%2Fd"
+    assert request.query == {"x": ["1", "2"], "verbose": [""], "e": [""], "s": ["& z"]}
+    assert request.query.getall("x", []) == ["1", "2"] and request.query.getall("nope", []) == []
+    assert request.headers.get("x-case") == request.headers["X-CASE"] == "Yes" and "x-Case" in request.headers
+    assert request.ssl_object is None
+
+
+async def test_tls_exposes_the_ssl_object(app: App, tmp_path: Path) -> None:
+    cert, key = self_signed_certificate("127.0.0.1")
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    srv = HTTPServer(app)
+    port = await srv.start("127.0.0.1", 0, context)
+    client = ssl.create_default_context(cadata=cert.decode())
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client, server_hostname="127.0.0.1")
+        for _ in range(2):
+            writer.write(get("/tls"))
+            assert (await read_response(reader))[2] == b"GET /tls"
+        writer.close()
+    finally:
+        await srv.stop()
+    ssl_object = app.requests[0].ssl_object
+    assert ssl_object is not None and ssl_object.version().startswith("TLS")
+    assert ssl_object.getpeercert() is None  # no client certificate asked for
+
+
+async def secure_server(always_allow: list[str]) -> SecureServer:
+    """pykcm's handler chain on plain TCP, with no apiserver: anonymous users pass only `always_allow`."""
+    checks = [HealthCheck("ping", lambda: None)]
+    server = SecureServer(
+        "127.0.0.1", free_port(), None,  # type: ignore[arg-type]
+        lambda: checks, DelegatingAuthenticator(None), DelegatingAuthorizer(None, always_allow),
+    )
+    await server.start()
+    return server
+
+
+async def test_the_secure_port_authorizes_before_it_routes() -> None:
+    server = await secure_server(["/healthz", "/livez", "/readyz"])
+    try:
+        status, headers, body, _ = await exchange(server.port, get("/healthz", "Connection: close"))
+        assert (status, body) == ("HTTP/1.1 200 OK", b"ok")
+        assert headers["cache-control"] == "no-cache, private" and headers["x-content-type-options"] == "nosniff"
+        assert headers["content-type"] == "text/plain; charset=utf-8"
+        for data in (get("/nope", "Connection: close"), get("/metrics", "Connection: close", method="POST")):
+            status, headers, body, _ = await exchange(server.port, data)
+            assert status == "HTTP/1.1 403 Forbidden" and headers["cache-control"] == "no-cache, private"
+            assert orjson.loads(body)["code"] == 403
+        status, headers, body, _ = await exchange(server.port, get("/healthz", "Connection: close", method="POST"))
+        assert (status, headers["allow"]) == ("HTTP/1.1 405 Method Not Allowed", "GET,HEAD")
+        assert body == b"405: Method Not Allowed"
+        assert headers["cache-control"] == "no-cache, private"
+    finally:
+        await server.stop()
+
+
+async def test_the_secure_port_routes_what_it_serves() -> None:
+    server = await secure_server(["/*"])
+    try:
+        for path in ("/nope", "/healthz/", "/healthz/nope", "/readyz%2Fping", "/healthz/ping/x", "/metrics/"):
+            status, headers, body, _ = await exchange(server.port, get(path, "Connection: close"))
+            assert (status, body) == ("HTTP/1.1 404 Not Found", b"404 page not found\n"), path
+            assert headers["cache-control"] == "no-cache, private"
+        assert (await exchange(server.port, get("/readyz/ping", "Connection: close")))[2] == b"ok"
+        status, _, body, _ = await exchange(server.port, get("/livez?verbose&exclude=ping", "Connection: close"))
+        assert body == b"[+]ping excluded: ok\nlivez check passed\n"
+        reader, writer = await connect(server.port)
+        writer.write(get("/metrics", method="HEAD") + get("/healthz/ping", "Connection: close"))
+        status, headers, _ = await read_response(reader, head_only=True)
+        assert status == "HTTP/1.1 200 OK" and headers["content-type"] == CONTENT_TYPE_LATEST
+        assert int(headers["content-length"]) > 0
+        assert (await read_response(reader))[2] == b"ok"  # the HEAD answer carried no body
+        writer.close()
+    finally:
+        await server.stop()
