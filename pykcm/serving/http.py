@@ -151,8 +151,6 @@ class _Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._head_timer = False  # the timer running is the head's, not the idle one
 
-    # -- asyncio.Protocol -----------------------------------------------------------------------------
-
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._server.connections.add(self)
@@ -186,7 +184,6 @@ class _Connection(asyncio.Protocol):
         if self._busy is None:
             self._next()
 
-
     def shut(self) -> None:
         """From stop(): an idle connection closes now, a busy one after its answer."""
         self._closing = True
@@ -198,7 +195,6 @@ class _Connection(asyncio.Protocol):
             self._busy.cancel()
         if self._transport is not None:
             self._transport.abort()
-
 
     def _next(self) -> None:
         """Start on the next whole request in the buffer, if there is one."""
@@ -248,7 +244,7 @@ class _Connection(asyncio.Protocol):
             value = headers.get("content-length", "0")
             if not value.isdigit() or not value.isascii():
                 raise _Failure(400)
-            length = int(value)
+            length = int(value) if len(value) < 16 else MAX_BODY + 1  # int() refuses 4300 digits and more
             if length > MAX_BODY:
                 raise _Failure(413)
             if len(buf) - body_start < length:
@@ -299,7 +295,6 @@ class _Connection(asyncio.Protocol):
         if close:
             self._closing = True
             transport.close()  # once the answer is flushed
-
 
     def _arm(self, timeout: float) -> None:
         """The connection closes unless a whole request has come within `timeout`."""

@@ -161,8 +161,9 @@ async def test_a_small_body_is_dropped_and_a_large_one_refused_with_413(
     assert (await read_response(reader))[2] == b"GET /second"
     writer.close()
 
-    status, headers, _, eof = await exchange(server[1], get("/", f"Content-Length: {http.MAX_BODY + 1}"))
-    assert status == "HTTP/1.1 413 Request Entity Too Large" and headers["connection"] == "close" and eof
+    for length in (str(http.MAX_BODY + 1), "9" * 5000):
+        status, headers, _, eof = await exchange(server[1], get("/", f"Content-Length: {length}"))
+        assert status == "HTTP/1.1 413 Request Entity Too Large" and headers["connection"] == "close" and eof
     assert [r.path for r in app.requests] == ["/first", "/second"]
 
 
