@@ -42,9 +42,9 @@ MANAGED_ANNOTATION = "kwok.x-k8s.io/node"
 MANAGED_VALUE = "fake"
 FAKE_NODE_LABEL = MANAGED_ANNOTATION  # the same key as a label, so clients can list fake nodes
 POD_CIDR = ipaddress.ip_network("10.240.0.0/12")  # 1M fake pod IPs; also kwok's --cidr fallback
-NODE_CIDR_PREFIX = 24  # 254 pod IPs per node, above its 110-pod capacity
+NODE_CIDR_PREFIX = 25  # 126 pod IPs per node, above its 110-pod capacity; 8,192 nodes fit
 NODE_IPS = ipaddress.ip_network("127.1.0.0/16")  # loopback: see the module docstring
-MAX_NODES = 2 ** (NODE_CIDR_PREFIX - POD_CIDR.prefixlen)  # 4096
+MAX_NODES = 2 ** (NODE_CIDR_PREFIX - POD_CIDR.prefixlen)  # 8192: the 5,000-node scale tests fit
 NODE_LEASE_SECONDS = 40  # the kubelet's default; kwok renews every quarter of it (0: no Leases)
 READY_TIMEOUT = 30.0
 
@@ -64,9 +64,10 @@ def ensure_kwok(log: Log = print) -> Path:
 
 
 def node_pod_cidr(index: int) -> str:
-    """The podCIDR of the index-th fake node: consecutive /24s of POD_CIDR (10.240.0.0/24, ...)."""
+    """The podCIDR of the index-th fake node: consecutive /25s of POD_CIDR (10.240.0.0/25, ...)."""
     if not 0 <= index < MAX_NODES:
-        raise ValueError(f"node index {index} is outside 0..{MAX_NODES - 1} ({POD_CIDR} holds {MAX_NODES} /24s)")
+        raise ValueError(f"node index {index} is outside 0..{MAX_NODES - 1} "
+                         f"({POD_CIDR} holds {MAX_NODES} /{NODE_CIDR_PREFIX}s)")
     size = 2 ** (32 - NODE_CIDR_PREFIX)
     return f"{POD_CIDR.network_address + index * size}/{NODE_CIDR_PREFIX}"
 

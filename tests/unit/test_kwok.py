@@ -12,6 +12,7 @@ import yaml
 from pykcm.testenv.build import KUBERNETES_VERSION
 from pykcm.testenv.kwok import (
     MAX_NODES,
+    NODE_CIDR_PREFIX,
     POD_CIDR,
     STAGES_FILE,
     ControlPlaneError,
@@ -25,19 +26,21 @@ from pykcm.testenv.kwok import (
 )
 
 
-def test_each_node_gets_its_own_slash_24_of_the_pod_cidr() -> None:
-    assert [node_pod_cidr(i) for i in (0, 1, 255, 256, MAX_NODES - 1)] == [
-        "10.240.0.0/24",
-        "10.240.1.0/24",
-        "10.240.255.0/24",
-        "10.241.0.0/24",
-        "10.255.255.0/24",
+def test_each_node_gets_its_own_slash_25_of_the_pod_cidr() -> None:
+    assert [node_pod_cidr(i) for i in (0, 1, 2, 511, 512, MAX_NODES - 1)] == [
+        "10.240.0.0/25",
+        "10.240.0.128/25",
+        "10.240.1.0/25",
+        "10.240.255.128/25",
+        "10.241.0.0/25",
+        "10.255.255.128/25",
     ]
     cidrs = {ipaddress.ip_network(node_pod_cidr(i)) for i in range(MAX_NODES)}
     assert len(cidrs) == MAX_NODES and all(c.subnet_of(POD_CIDR) for c in cidrs)  # type: ignore[arg-type]
-    # 150,000 pods fit: by node capacity (110 each) and by fake IPs.
-    assert MAX_NODES * 110 >= 150_000 and POD_CIDR.num_addresses >= 150_000
-    with pytest.raises(ValueError, match=r"outside 0\.\.4095"):
+    # The scale tests' 5,000 nodes fit, and 150,000 pods: by node capacity (110 each) and by fake IPs.
+    assert MAX_NODES >= 5000 and MAX_NODES * 110 >= 150_000 and POD_CIDR.num_addresses >= 150_000
+    assert 2 ** (32 - NODE_CIDR_PREFIX) - 2 >= 110  # a node's podCIDR holds its capacity
+    with pytest.raises(ValueError, match=r"outside 0\.\.8191"):
         node_pod_cidr(MAX_NODES)
 
 
@@ -59,7 +62,7 @@ def test_node_manifest_is_a_registered_kubelet_node_for_kwok() -> None:
         "kwok.x-k8s.io/node": "fake",
         "zone": "a",
     }
-    assert spec == {"podCIDR": "10.240.7.0/24", "podCIDRs": ["10.240.7.0/24"]}
+    assert spec == {"podCIDR": "10.240.3.128/25", "podCIDRs": ["10.240.3.128/25"]}
     assert status["allocatable"] == status["capacity"]
     capacity = {k: status["capacity"][k] for k in ("pods", "cpu", "memory")}
     assert capacity == {"pods": "110", "cpu": "32", "memory": "256Gi"}
