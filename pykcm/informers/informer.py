@@ -78,6 +78,13 @@ class SharedInformer:
         self.projection, self._projection_set = widened, True
 
     def _transform(self, obj: Obj) -> Obj:
+        # A relist brings back mostly objects the cache already holds at the same resourceVersion
+        # (the same content): keep the cached one and drop the new one at once, so a relist costs
+        # neither a projection per object nor a second cache that would outlive it in memory.
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        cached = self.indexer.get(object_key(obj)) if rv else None
+        if cached is not None and cached["metadata"].get("resourceVersion") == rv:
+            return cached
         return strip_managed_fields(obj) if self.projection is None else project(obj, self.projection)
 
     def add_event_handler(
