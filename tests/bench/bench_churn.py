@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain script from anywhere
 
-from pykcm.client.resources import LEASES, PODS, REPLICASETS
+from pykcm.client.resources import PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.testenv.build import KUBERNETES_VERSION
 from pykcm.testenv.controlplane import ControlPlane
@@ -50,6 +50,7 @@ from tests.bench.common import (
     cpu_seconds,
     histogram_buckets,
     lag_figures,
+    lease_transitions,
     on_fresh_cluster,
     peak_rss_mib,
     pykcm_env,
@@ -184,10 +185,6 @@ async def poll_healthz(endpoint: Endpoint, failures: list[str]) -> None:
         if status != 200:
             failures.append(f"{status} {body[:80]}")
         await asyncio.sleep(1.0)
-
-
-async def lease_transitions(api: RestClient, name: str) -> int:
-    return int((await api.get(LEASES, name, "kube-system"))["spec"].get("leaseTransitions", 0))
 
 
 def queue_p99s(before: str, after: str) -> dict[str, float | None]:

@@ -10,8 +10,8 @@ or kwok runs) each owned by one of `--pods / --pods-per-rs` ReplicaSets, spread 
   controllers;
 - pykcm side: `python -m pykcm.app.cli run` running the same three.
 
-Both with the same client limits (`--qps`, burst = qps) and each controller as its own
-ServiceAccount. Figures, from the controller manager's start:
+Both with the same client limits (`--qps`, burst = qps), leader election on and each controller
+as its own ServiceAccount. Figures, from the controller manager's start:
 
 1. caches synced (KCM: its three "Caches are synced" log lines; pykcm: "All controllers started");
 2. every ReplicaSet's status written (replicas at the current generation);
@@ -19,7 +19,8 @@ ServiceAccount. Figures, from the controller manager's start:
 4. `--scale-up` more pods (spread over the ReplicaSets) -> every status shows them;
 5. forced relist: etcd compacted and the apiserver restarted, so every watch resumes with 410
    and relists; after `--relist-settle` seconds, RSS and the pod count (no over-creation);
-6. peak RSS (VmHWM), CPU seconds, and pykcm's event-loop lag (p99 from the histogram
+6. lease transitions (and a note if the process exited: both exit when they cannot renew);
+7. peak RSS (VmHWM), CPU seconds, and pykcm's event-loop lag (p99 from the histogram
    `pykcm_event_loop_lag_seconds`, max from `pykcm_event_loop_lag_max_seconds`).
 
     python tests/bench/bench_scale.py [--pods 50000 --pods-per-rs 100 --namespaces 10
@@ -49,10 +50,12 @@ from tests.bench.common import (
     bounded,
     cpu_seconds,
     lag_figures,
+    lease_transitions,
     on_fresh_cluster,
     peak_rss_mib,
     pykcm_env,
     rss_mib,
+    running_still,
     side_by_side,
 )
 from tests.support import PykcmProcess, admin_client, create_namespace, free_port, https_get
@@ -96,6 +99,7 @@ class Result:
     relist_rss: float = float("nan")
     relist_peak: float = float("nan")
     pods_after_relist: float = float("nan")
+    lease_transitions: float = float("nan")
     peak_rss: float = float("nan")
     cpu: float = float("nan")
     lag_p99: float | None = None
@@ -276,7 +280,7 @@ async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Work) -> Resul
     await populate(api, work)
     result.populate = time.monotonic() - started
     print(f"[bench]   populated in {result.populate:.0f}s", flush=True)
-    limits = (f"--kube-api-qps={work.qps}", f"--kube-api-burst={work.qps}")
+    limits = (f"--kube-api-qps={work.qps}", f"--kube-api-burst={work.qps}", "--leader-elect=true")
     port = free_port()
     started = time.monotonic()
     if pykcm_side:
@@ -284,9 +288,11 @@ async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Work) -> Resul
                             f"--controllers={CONTROLLERS}", *limits, f"--secure-port={port}",
                             log_path=plane.logs_dir / "pykcm.log", env=pykcm_env())
         pid, synced = proc.pid, log_lines_seen(plane.logs_dir / "pykcm.log", ("All controllers started",))
+        lease = "pykcm"
     else:
         kcm = await asyncio.to_thread(plane.start_kcm, CONTROLLERS, limits)
         pid, synced = kcm.pid, kcm_synced(kcm.log_path)
+        lease = "kube-controller-manager"
     sampler = RssSampler(pid)
     try:
         result.synced = await wait_until(synced, "caches synced", started)
@@ -311,6 +317,10 @@ async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Work) -> Resul
             result.notes.append(f"{'pykcm' if pykcm_side else 'KCM'}: {expected} pods before the relist, "
                                 f"{result.pods_after_relist:.0f} after")
         result.peak_rss, result.cpu = peak_rss_mib(pid), cpu_seconds(pid)
+        # A controller manager that cannot renew its Lease exits; one that got it back counts a transition.
+        result.lease_transitions = await lease_transitions(api, lease)
+        if not running_still(pid):
+            result.notes.append(f"{'pykcm' if pykcm_side else 'KCM'} exited during the run (its lease lost?)")
         if pykcm_side:
             cert = (plane.pki.admin_cert, plane.pki.admin_key)
             status, text = await https_get(f"https://127.0.0.1:{port}/metrics", cert=cert)
@@ -348,6 +358,7 @@ def figures(kcm: Result, ours: Result, work: Work) -> list[Figure]:
         Figure("peak RSS (MiB)", kcm.peak_rss, ours.peak_rss, "{:.0f}"),
         Figure("CPU (s)", kcm.cpu, ours.cpu),
         Figure("pods after relist", kcm.pods_after_relist, ours.pods_after_relist, "{:.0f}"),
+        Figure("lease transitions", kcm.lease_transitions, ours.lease_transitions, "{:.0f}"),
         Figure("event-loop lag p99 (s, bucket)", None, ours.lag_p99, "{:.3f}"),
         Figure("event-loop lag max (s)", None, ours.lag_max, "{:.3f}"),
     ]

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pykcm.client.resources import LEASES
+from pykcm.client.rest import RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
 
@@ -30,6 +32,14 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of a live process (fields 14 and 15 of /proc/PID/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def running_still(pid: int) -> bool:
+    """The process has not exited (a zombie not yet reaped counts as exited)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
 
 
 def _status_mib(pid: int, field: str) -> float:
@@ -64,6 +74,11 @@ async def bounded(coros: Iterable[Awaitable[T]], limit: int) -> list[T]:
 
 
 # -- one side ---------------------------------------------------------------------------------------
+
+
+async def lease_transitions(api: RestClient, name: str) -> int:
+    """leaseTransitions of the controller manager's Lease in kube-system: how often it changed hands."""
+    return int((await api.get(LEASES, name, "kube-system"))["spec"].get("leaseTransitions", 0))
 
 
 def on_fresh_cluster(directory: Path, label: str, bench: Callable[[ControlPlane], Awaitable[T]],
