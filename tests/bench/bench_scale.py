@@ -1,10 +1,12 @@
 """Benchmark at scale: KCM and pykcm starting on a cluster that already holds many pods.
 
-Not a test: a script that prints a table. For each side a fresh control plane (etcd and
-kube-apiserver, no nodes): `--pods` realistic pods (two containers, env, probes, resources,
-labels, annotations, bound to one of `--nodes` node names that no Node object backs: no kubelet
-or kwok runs) each owned by one of `--pods / --pods-per-rs` ReplicaSets, spread over
-`--namespaces` namespaces, are created first; only then does the controller manager start:
+Not a test: a script that prints a table. For each side a fresh local cluster with `--nodes`
+kwok nodes (etcd, kube-apiserver, kube-scheduler, kwok, and KCM running every controller but the
+three measured): `--pods` realistic pods (two containers, env, probes, resources, labels,
+annotations), each bound to one of the nodes and owned by one of `--pods / --pods-per-rs`
+ReplicaSets, spread over `--namespaces` namespaces, are created and run by kwok first; only then
+does the controller manager measured start. `--no-kwok` makes it a bare control plane, the pods
+bound to node names without Node objects.
 
 - KCM side: kube-controller-manager running the ReplicaSet, Namespace and ServiceAccount
   controllers;
@@ -19,12 +21,13 @@ as its own ServiceAccount. Figures, from the controller manager's start:
 4. `--scale-up` more pods (spread over the ReplicaSets) -> every status shows them;
 5. forced relist: etcd compacted and the apiserver restarted, so every watch resumes with 410
    and relists; after `--relist-settle` seconds, RSS and the pod count (no over-creation);
-6. lease transitions (and a note if the process exited: both exit when they cannot renew);
+6. lease transitions (and a note if the process exited: both exit when they cannot renew within
+   the renew deadline, set past the time the apiserver's restart takes);
 7. peak RSS (VmHWM), CPU seconds, and pykcm's event-loop lag (p99 from the histogram
    `pykcm_event_loop_lag_seconds`, max from `pykcm_event_loop_lag_max_seconds`).
 
     python tests/bench/bench_scale.py [--pods 50000 --pods-per-rs 100 --namespaces 10
-                                       --qps 500 --nodes 5000 --scale-up 2000]
+                                       --qps 500 --nodes 5000 --scale-up 2000 --no-kwok]
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ SAMPLE_EVERY = 0.2
 PHASE_TIMEOUT = 900.0
 PROGRESS_EVERY = 15.0
 
+# Leader election on both sides, with a renew deadline past the forced relist's apiserver restart
+# (it is down while it reloads every pod from etcd); anything longer is the process's own stall.
+LEADER_ELECTION = ("--leader-elect=true", "--leader-elect-lease-duration=120s", "--leader-elect-renew-deadline=100s")
+
 Check = Callable[[], Awaitable[tuple[bool, str]]]
 
 
@@ -82,6 +89,7 @@ class Work:
     nodes: int
     qps: int
     scale_up: int
+    kwok: bool
     relist_settle: float
 
     @property
@@ -171,7 +179,7 @@ async def populate(api: RestClient, work: Work) -> list[str]:
     def pods() -> Iterator[Awaitable[dict]]:
         for (ns, _), rs in zip(specs, created, strict=True):
             for j in range(work.pods_per_rs):
-                yield api.create(PODS, pod_for(rs, j, f"node-{next(counter) % work.nodes:05d}"), ns)
+                yield api.create(PODS, pod_for(rs, j, node_name(next(counter) % work.nodes, work.kwok)), ns)
 
     started, total = time.monotonic(), work.replica_sets * work.pods_per_rs
     done = 0
@@ -184,7 +192,13 @@ async def populate(api: RestClient, work: Work) -> list[str]:
             batch = []
             print(f"[bench]   {done}/{total} pods created in {time.monotonic() - started:.0f}s", flush=True)
     await bounded(batch, REQUEST_CONCURRENCY)
+    if work.kwok:  # kwok plays each pod (Running, an IP, Ready): let it finish before the clock starts
+        await wait_until(all_pods_running(api), "kwok running the pods", time.monotonic())
     return namespaces
+
+
+def node_name(index: int, kwok: bool) -> str:
+    return f"kwok-node-{index}" if kwok else f"node-{index:05d}"  # kwok's: create_nodes' default names
 
 
 # -- watching the controller manager ----------------------------------------------------------------
@@ -235,6 +249,15 @@ def all_status_written(api: RestClient) -> Check:
     return check
 
 
+def all_pods_running(api: RestClient) -> Check:
+    async def check() -> tuple[bool, str]:
+        page = await api.list(PODS, fieldSelector="status.phase!=Running", limit=1)
+        left = len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0)
+        return not page["items"], f"{left or 'some'} pods not Running yet"
+
+    return check
+
+
 def log_lines_seen(path: Path, needles: tuple[str, ...]) -> Check:
     async def check() -> tuple[bool, str]:
         text = path.read_text(errors="replace") if path.exists() else ""
@@ -280,7 +303,7 @@ async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Work) -> Resul
     await populate(api, work)
     result.populate = time.monotonic() - started
     print(f"[bench]   populated in {result.populate:.0f}s", flush=True)
-    limits = (f"--kube-api-qps={work.qps}", f"--kube-api-burst={work.qps}", "--leader-elect=true")
+    limits = (f"--kube-api-qps={work.qps}", f"--kube-api-burst={work.qps}", *LEADER_ELECTION)
     port = free_port()
     started = time.monotonic()
     if pykcm_side:
@@ -309,6 +332,7 @@ async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Work) -> Resul
         began = time.monotonic()
         await asyncio.to_thread(plane.compact_etcd)
         await asyncio.to_thread(plane.restart_apiserver)
+        print(f"[bench]   apiserver restarted: down {time.monotonic() - began:.1f}s", flush=True)
         await wait_until(all_status_written(api), "status after relist", began)
         await asyncio.sleep(work.relist_settle)
         result.relist_rss, result.relist_peak = rss_mib(pid), sampler.peak_since(began)
@@ -339,9 +363,12 @@ async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Work) -> Resul
 
 
 def run_side(root: Path, pykcm_side: bool, work: Work) -> Result:
+    """With kwok nodes, both sides' clusters also run KCM with every other controller (node
+    lifecycle, garbage collector, ...), the scheduler and kwok, as a cluster with nodes does; the
+    controller manager measured runs beside them."""
     name = "pykcm" if pykcm_side else "kcm"
     return on_fresh_cluster(root / name, f"{name} side", lambda plane: bench_side(plane, pykcm_side, work),
-                            lambda note: Result(notes=[note]))
+                            lambda note: Result(notes=[note]), nodes=work.nodes if work.kwok else 0)
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -369,21 +396,25 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=50_000)
     parser.add_argument("--pods-per-rs", type=int, default=100)
     parser.add_argument("--namespaces", type=int, default=10)
-    parser.add_argument("--nodes", type=int, default=5000, help="node names the pods are bound to (no Node objects)")
+    parser.add_argument("--nodes", type=int, default=5000, help="kwok nodes the pods are bound to")
+    parser.add_argument("--no-kwok", dest="kwok", action="store_false",
+                        help="bind the pods to --nodes node names without Node objects (no kwok, scheduler, other KCM)")
     parser.add_argument("--qps", type=int, default=500, help="--kube-api-qps and --kube-api-burst of both sides")
     parser.add_argument("--scale-up", type=int, default=2000)
     parser.add_argument("--relist-settle", type=float, default=20.0)
     parser.add_argument("--only", choices=("kcm", "pykcm"), help="run one side only")
     args = parser.parse_args()
-    work = Work(args.pods, args.pods_per_rs, args.namespaces, args.nodes, args.qps, args.scale_up, args.relist_settle)
+    work = Work(args.pods, args.pods_per_rs, args.namespaces, args.nodes, args.qps, args.scale_up, args.kwok,
+                args.relist_settle)
     root = Path(tempfile.mkdtemp(prefix="pykcm-bench-scale-"))
     kcm = run_side(root, False, work) if args.only != "pykcm" else Result()
     ours = run_side(root, True, work) if args.only != "kcm" else Result()
+    nodes = (f"{work.nodes} kwok nodes (KCM's other controllers and the scheduler running)" if work.kwok
+             else f"{work.nodes} node names without Node objects (no kwok)")
     print()
     print(f"Scale benchmark: {work.replica_sets * work.pods_per_rs} pods in {work.replica_sets} ReplicaSets over "
-          f"{work.namespaces} namespaces, bound to {work.nodes} node names without Node objects (no kwok), "
-          f"kube-apiserver {KUBERNETES_VERSION}; KCM and pykcm each run the ReplicaSet, Namespace and "
-          "ServiceAccount controllers on a fresh control plane")
+          f"{work.namespaces} namespaces, bound to {nodes}, kube-apiserver {KUBERNETES_VERSION}; KCM and pykcm each "
+          "run the ReplicaSet, Namespace and ServiceAccount controllers on a fresh control plane")
     print("\n".join(side_by_side([(f"qps/burst {work.qps}", figures(kcm, ours, work), kcm.notes + ours.notes)],
                                  figure_width=38)))
     print(f"clusters' logs: {root}")
