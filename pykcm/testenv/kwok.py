@@ -174,7 +174,8 @@ def start_kwok(
     """Start kwok against `kubeconfig`, with its log in DIR/logs/kwok.log and its PID in
     DIR/kwok.json; return once it serves /healthz. Raises a one-line ControlPlaneError (kwok's
     own reason and the log path) if it exits, e.g. because it rejects a stage.
-    Node Leases cost the apiserver and etcd about half a core per 1,000 nodes; without them
+    Node Leases (5,000 nodes measured: every Lease renewed within 11 s, the apiserver busy 0.72
+    of a core, etcd 0.17, kwok 0.20) cost about 0.2 of a core per 1,000 nodes; without them
     (`node_lease_seconds=0`) KCM's node-lifecycle would find nodes stale between heartbeats."""
     directory = Path(directory).resolve()
     stages = Path(stages).resolve()
