@@ -155,15 +155,42 @@ def _file_or_data(section: dict[str, Any], key: str, base: str) -> str | None:
 
 
 _data_dir: str | None = None
+DATA_DIR_PREFIX = "pykcm-kubeconfig-"
 
 
 def _data_file(content: bytes) -> str:
-    """A private file holding `content` (TLS material given inline), removed when the process ends."""
+    """A private file holding `content` (TLS material given inline), removed when the process ends.
+
+    The directory is named after the process: one that was killed (no atexit) leaves its own
+    behind, and the next process to need one removes it."""
     global _data_dir
     if _data_dir is None:
-        _data_dir = tempfile.mkdtemp(prefix="pykcm-kubeconfig-")
+        remove_abandoned_data_dirs()
+        _data_dir = tempfile.mkdtemp(prefix=f"{DATA_DIR_PREFIX}{os.getpid()}-")
         atexit.register(shutil.rmtree, _data_dir, True)
     fd, path = tempfile.mkstemp(dir=_data_dir)
     with os.fdopen(fd, "wb") as f:
         f.write(content)
     return path
+
+
+def remove_abandoned_data_dirs(tmp: str | None = None) -> None:
+    """Remove this user's data directories whose process is gone (killed before its atexit ran)."""
+    tmp = tmp or tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(tmp):
+            pid = entry.name.removeprefix(DATA_DIR_PREFIX).split("-", 1)[0]
+            if entry.name.startswith(DATA_DIR_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False) and entry.stat().st_uid == os.getuid():
+                        shutil.rmtree(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
