@@ -99,10 +99,6 @@ class RestClient:
     async def close(self) -> None:
         await self._transport.close()
 
-    def throttled(self) -> bool:
-        """Whether a request sent now would wait for this client's rate limiter."""
-        return self._limiter.available() < 1.0
-
     # -- raw requests ---------------------------------------------------------------------------------
 
     def _headers(self, accept: str, content_type: str | None) -> dict[str, str]:

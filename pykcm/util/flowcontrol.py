@@ -29,10 +29,6 @@ class TokenBucket:
         self._tokens -= 1.0
         return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
 
-    def available(self) -> float:
-        """Tokens there are now, without taking one (negative while callers are queued)."""
-        return min(self.burst, self._tokens + (self._clock() - self._last) * self.qps)
-
     def undo(self) -> None:
         """Give back the token of the last reservation (the caller decided not to proceed)."""
         self._tokens = min(self.burst, self._tokens + 1.0)

@@ -22,10 +22,6 @@ class FakeApi:
         self._names = itertools.count()
         self.latency = latency
         self.in_flight = self.most_in_flight = 0
-        self.limited = False
-
-    def throttled(self) -> bool:
-        return self.limited
 
     async def _answer(self) -> None:
         self.in_flight += 1
@@ -126,14 +122,3 @@ async def test_one_objects_events_are_written_in_order_and_a_repeat_patches() ->
     await recorder.close()
     assert [e["message"] for e in api.created if e["involvedObject"]["name"] == "p0"] == ["a", "b", "c"]
     assert len(api.patched) == 2 and len(set(api.patched)) == 1  # p0's "a" counted twice more on one Event
-
-
-async def test_while_the_client_is_throttled_events_are_written_one_at_a_time() -> None:
-    api = FakeApi(latency=0.005)
-    api.limited = True
-    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
-    for i in range(20):
-        recorder.record(pod(i), events.NORMAL, "SuccessfulCreate", f"Created pod: p{i}")
-    await recorder.close()
-    assert len(api.created) == 20
-    assert api.most_in_flight == 1
