@@ -10,7 +10,7 @@ same controllers, never both at once. For each:
 - the time from creating 200 namespaces until each has its `default` ServiceAccount;
 - the process's peak RSS (/proc/PID/status VmHWM) and CPU seconds (utime + stime) at the end.
 
-    python tests/bench/bench_namespace.py [--pods 1000 --namespaces 200 ...]
+    python tests/bench/bench_namespace.py [--pods 1000 --namespaces 200 ... --pykcm-checkout DIR]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pykcm.client.resources import CONFIGMAPS, NAMESPACES, PODS, REPLICASETS, SE
 from pykcm.client.rest import RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
-from tests.bench.common import bounded, cpu_seconds, peak_rss_mib, pykcm_env
+from tests.bench.common import REPO, bounded, cpu_seconds, peak_rss_mib, pykcm_env
 from tests.support import PykcmProcess, admin_client, create_namespace, ensure_crd, is_gone, wait_for
 
 CONTROLLERS = "namespace,serviceaccount"
@@ -113,11 +113,12 @@ async def measure(client: RestClient, widgets: Any, work: Workload, pid: int) ->
     return Result(deletion, accounts, peak_rss_mib(pid), cpu_seconds(pid))
 
 
-async def run_pykcm(plane: ControlPlane, client: RestClient, widgets: Any, work: Workload, logs: Path) -> Result:
+async def run_pykcm(plane: ControlPlane, client: RestClient, widgets: Any, work: Workload, logs: Path,
+                    checkout: Path) -> Result:
     # Same set-up as the testenv's KCM: no leader election, each controller as its own ServiceAccount.
     proc = PykcmProcess("--kubeconfig", str(plane.kubeconfig), "--controllers", CONTROLLERS, "--no-leader-elect",
                         "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.log",
-                        env=pykcm_env())
+                        env=pykcm_env(checkout))
     try:
         await proc.wait_for_log('"Starting workers" controller="namespace-controller"', 60)
         return await measure(client, widgets, work, proc.pid)
@@ -152,12 +153,12 @@ def table(work: Workload, pykcm: Result, kcm: Result) -> str:
     return "\n".join(lines)
 
 
-async def bench(work: Workload) -> str:
+async def bench(work: Workload, checkout: Path) -> str:
     with tempfile.TemporaryDirectory(prefix="pykcm-bench-") as tmp, running(Path(tmp) / "cp") as plane:
         client = admin_client(plane.kubeconfig)
         try:
             widgets = await ensure_crd(client, "pykcm.test", "Widget", "widgets")
-            pykcm = await run_pykcm(plane, client, widgets, work, Path(tmp))
+            pykcm = await run_pykcm(plane, client, widgets, work, Path(tmp), checkout)
             kcm = await run_kcm(plane, client, widgets, work)
         finally:
             await client.close()
@@ -171,9 +172,11 @@ def main() -> None:
     parser.add_argument("--configmaps", type=int, default=100)
     parser.add_argument("--custom-resources", type=int, default=100)
     parser.add_argument("--namespaces", type=int, default=200)
+    parser.add_argument("--pykcm-checkout", type=Path, default=REPO,
+                        help="the checkout pykcm runs from (e.g. `git worktree add` of an earlier commit)")
     args = parser.parse_args()
     work = Workload(args.pods, args.replicasets, args.configmaps, args.custom_resources, args.namespaces)
-    print(asyncio.run(bench(work)))
+    print(asyncio.run(bench(work, args.pykcm_checkout)))
 
 
 if __name__ == "__main__":

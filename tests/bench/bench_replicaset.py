@@ -24,7 +24,8 @@ awaited) neither side keeps more than about 20 creates in flight, so the ceiling
 reach by design; `--concurrent-syncs` raises both sides' worker count. A controller's client
 limit binds too: at --kube-api-qps 1000 its pod creates, events and status writes share 1,000
 requests/s.
-Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10 --concurrent-syncs 5]
+Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10 --concurrent-syncs 5
+     --pykcm-checkout DIR]
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from pykcm.client.resources import EVENTS, PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import APISERVER, ControlPlane
-from tests.bench.common import Figure, bounded, cpu_seconds, peak_rss_mib, pykcm_env, side_by_side
+from tests.bench.common import REPO, Figure, bounded, cpu_seconds, peak_rss_mib, pykcm_env, side_by_side
 from tests.support import PAUSE_IMAGE, PykcmProcess, admin_client, create_namespace, replicaset_manifest
 
 KCM_ARGS = ("--use-service-account-credentials=true",)
@@ -181,12 +182,12 @@ async def bench_kcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, 
 
 
 async def bench_pykcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, count: int, replicas: int,
-                      workers: int, log_dir: Path) -> Result:
+                      workers: int, log_dir: Path, checkout: Path) -> Result:
     ns = await create_namespace(api, "bench-pykcm")
     proc = PykcmProcess(
         "--kubeconfig", str(plane.kubeconfig), "--controllers", "replicaset", "--use-service-account-credentials",
         "--kube-api-qps", str(qps), "--kube-api-burst", str(burst), "--concurrent-replicaset-syncs", str(workers),
-        log_path=log_dir / f"pykcm-{qps}-{uuid.uuid4().hex[:4]}.log", env=pykcm_env(),
+        log_path=log_dir / f"pykcm-{qps}-{uuid.uuid4().hex[:4]}.log", env=pykcm_env(checkout),
     )
     try:
         await proc.wait_for_log("Caches are synced")
@@ -266,7 +267,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 workload = (args.replica_sets, args.replicas, args.concurrent_syncs)
                 kcm = await bench_kcm(plane, api, qps, burst, *workload)
                 print(f"[bench] qps {qps}/burst {burst}: pykcm ...", flush=True)
-                ours = await bench_pykcm(plane, api, qps, burst, *workload, plane.logs_dir)
+                ours = await bench_pykcm(plane, api, qps, burst, *workload, plane.logs_dir, args.pykcm_checkout)
                 rows.append((f"qps {qps}/burst {burst}", kcm, ours))
             print("[bench] apiserver ceiling ...", flush=True)
             ceiling = await apiserver_ceiling(api)
@@ -282,6 +283,8 @@ def main() -> None:
     parser.add_argument("--limits", default="20/30,1000/1000", help="qps/burst pairs, comma separated")
     parser.add_argument("--concurrent-syncs", type=int, default=5,
                         help="--concurrent-replicaset-syncs of both sides (5: KCM's default)")
+    parser.add_argument("--pykcm-checkout", type=Path, default=REPO,
+                        help="the checkout pykcm runs from (e.g. `git worktree add` of an earlier commit)")
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -165,14 +165,15 @@ def side_by_side(groups: Sequence[tuple[str, Sequence[Figure], Sequence[str]]], 
     return lines
 
 
-def pykcm_env() -> dict[str, str]:
-    """Environment for a `python -m pykcm...` child: this checkout first on its path, whatever
-    the working directory (an installed pykcm would otherwise win outside the checkout).
+def pykcm_env(checkout: Path = REPO) -> dict[str, str]:
+    """Environment for a `python -m pykcm...` child: this checkout (or another, to measure an
+    earlier commit) first on its path, whatever the working directory (an installed pykcm would
+    otherwise win outside the checkout).
 
     The checkout's bytecode is written first, as `pip install` and the image do: with
     PYTHONDONTWRITEBYTECODE set (as on CI machines) the child would otherwise compile every
     module of pykcm at each start, about 0.1 s of CPU that an installed pykcm never spends."""
     for package in ("pykcm", "controllers"):
-        compileall.compile_dir(REPO / package, quiet=1)
+        compileall.compile_dir(checkout / package, quiet=1)
     path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": f"{REPO}{os.pathsep}{path}" if path else str(REPO)}
+    return {"PYTHONPATH": f"{checkout}{os.pathsep}{path}" if path else str(checkout)}
