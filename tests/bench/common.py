@@ -172,8 +172,10 @@ def pykcm_env(checkout: Path = REPO) -> dict[str, str]:
 
     The checkout's bytecode is written first, as `pip install` and the image do: with
     PYTHONDONTWRITEBYTECODE set (as on CI machines) the child would otherwise compile every
-    module of pykcm at each start, about 0.1 s of CPU that an installed pykcm never spends."""
+    module of pykcm at each start, about 0.1 s of CPU that an installed pykcm never spends.
+    PYTHONSAFEPATH keeps `python -m` from putting the working directory (this checkout, when
+    run from it) ahead of the checkout asked for."""
     for package in ("pykcm", "controllers"):
         compileall.compile_dir(checkout / package, quiet=1)
     path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": f"{checkout}{os.pathsep}{path}" if path else str(checkout)}
+    return {"PYTHONPATH": f"{checkout}{os.pathsep}{path}" if path else str(checkout), "PYTHONSAFEPATH": "1"}
