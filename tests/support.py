@@ -39,10 +39,14 @@ SA_CREDENTIALS_ENV = "PYKCM_TEST_USE_SA_CREDENTIALS"
 
 
 def checkout_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child `python -m pykcm...`: this checkout first on PYTHONPATH, so the
-    child runs the code under test (whatever the working directory), not an installed copy."""
+    """The environment for a child `python -m pykcm...`: this checkout on PYTHONPATH ahead of the
+    inherited one, so the child runs the code under test (whatever the working directory), not an
+    installed copy. A PYTHONPATH the caller gives (a plugin, an earlier checkout to measure) comes
+    before this checkout."""
+    own = (env or {}).get("PYTHONPATH")
     merged = {**os.environ, **(env or {})}
-    merged["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), merged.get("PYTHONPATH")]))
+    inherited = None if own else os.environ.get("PYTHONPATH")
+    merged["PYTHONPATH"] = os.pathsep.join(filter(None, [own, str(CHECKOUT), inherited]))
     return merged
 
 
