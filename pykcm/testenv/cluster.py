@@ -47,7 +47,7 @@ def start(
     directory.mkdir(parents=True, exist_ok=True)
     _refuse_if_running(directory)
     if real_node:
-        _remove_abandoned_real_node(log)
+        remove_abandoned_real_node(log)
     with_nodes = nodes > 0 or real_node
     binaries = ensure_binaries(need_kcm=bool(kcm_controllers or with_nodes), need_scheduler=with_nodes, log=log)
     node_binaries = realnode.ensure_node_binaries(log) if real_node else None
@@ -89,7 +89,7 @@ def _refuse_if_running(directory: Path) -> None:
         raise ControlPlaneError(f"a control plane is already running in {directory}: {names}; stop it first")
 
 
-def _remove_abandoned_real_node(log: Log) -> None:
+def remove_abandoned_real_node(log: Log) -> None:
     """A cluster whose processes were killed without a teardown (SIGKILL, a restarted machine or
     container) still holds the machine's real node: its claim, mounts, interfaces and iptables
     rules. Tear that down when none of its processes runs; a running one keeps its claim."""
