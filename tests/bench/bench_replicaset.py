@@ -24,14 +24,20 @@ awaited) neither side keeps more than about 20 creates in flight, so the ceiling
 reach by design; `--concurrent-syncs` raises both sides' worker count. A controller's client
 limit binds too: at --kube-api-qps 1000 its pod creates, events and status writes share 1,000
 requests/s.
+
+`--apiserver-cpus N` pins the apiserver and etcd to N CPUs: a control plane short of CPU, where
+what each request costs the apiserver decides the times. `--kcm-content-type json` runs KCM on
+JSON as pykcm is (its --kube-api-content-type; protobuf by default), to tell the wire format's
+share of the apiserver's CPU from the rest.
 Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10 --concurrent-syncs 5
-     --pykcm-checkout DIR]
+     --apiserver-cpus N --kcm-content-type protobuf|json --pykcm-checkout DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -45,11 +51,12 @@ from pykcm.app.clientbuilder import ServiceAccountClientBuilder
 from pykcm.client.resources import EVENTS, PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.testenv.cluster import running
-from pykcm.testenv.controlplane import APISERVER, ControlPlane
-from tests.bench.common import REPO, Figure, bounded, cpu_seconds, peak_rss_mib, pykcm_env, side_by_side
+from pykcm.testenv.controlplane import APISERVER, ETCD, ControlPlane
+from tests.bench.common import REPO, Figure, bounded, cpu_seconds, peak_rss_mib, pin_to_cpus, pykcm_env, side_by_side
 from tests.support import PAUSE_IMAGE, PykcmProcess, admin_client, create_namespace, replicaset_manifest
 
 KCM_ARGS = ("--use-service-account-credentials=true",)
+KCM_CONTENT_TYPES = {"protobuf": "application/vnd.kubernetes.protobuf", "json": "application/json"}
 CONTROLLER_ACCOUNT = "replicaset-controller"  # kube-system/<this>: both sides' ReplicaSet controller
 POLL = 0.25
 CREATE_CONCURRENCY = 50
@@ -169,9 +176,10 @@ async def cleanup(api: RestClient, ns: str) -> None:
 
 
 async def bench_kcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, count: int, replicas: int,
-                    workers: int) -> Result:
+                    workers: int, content_type: str = "protobuf") -> Result:
     ns = await create_namespace(api, "bench-kcm")
-    args = (*KCM_ARGS, f"--kube-api-qps={qps}", f"--kube-api-burst={burst}", f"--concurrent-replicaset-syncs={workers}")
+    args = (*KCM_ARGS, f"--kube-api-qps={qps}", f"--kube-api-burst={burst}", f"--concurrent-replicaset-syncs={workers}",
+            f"--kube-api-content-type={KCM_CONTENT_TYPES[content_type]}")
     proc = await asyncio.to_thread(plane.start_kcm, "replicaset", args)
     try:
         await asyncio.sleep(1.0)  # healthz is up; give the informers their initial list
@@ -230,11 +238,13 @@ async def apiserver_ceiling(api: RestClient, pods: int = 2000, concurrency: int 
 # -- report -----------------------------------------------------------------------------------------
 
 
-def print_table(rows: list[tuple[str, Result, Result]], ceiling: Ceiling, count: int, replicas: int,
-                workers: int) -> None:
+def print_table(rows: list[tuple[str, Result, Result]], ceiling: Ceiling, args: argparse.Namespace) -> None:
+    count, replicas = args.replica_sets, args.replicas
     print()
     print(f"ReplicaSet controller benchmark: {count} ReplicaSets x {replicas} replicas "
-          f"({count * replicas} pods), {workers} concurrent syncs, local kube-apiserver v1.36.3")
+          f"({count * replicas} pods), {args.concurrent_syncs} concurrent syncs, local kube-apiserver v1.36.3")
+    pinned = f"pinned to {args.apiserver_cpus} CPU(s)" if args.apiserver_cpus else "not pinned"
+    print(f"apiserver and etcd {pinned}; KCM on {args.kcm_content_type}, pykcm on json")
     groups = [
         (limits, [
             Figure("scale up (s)", kcm.scale_up, ours.scale_up),
@@ -259,13 +269,15 @@ def print_table(rows: list[tuple[str, Result, Result]], ceiling: Ceiling, count:
 async def main_async(args: argparse.Namespace) -> None:
     settings = [tuple(int(x) for x in s.split("/")) for s in args.limits.split(",")]
     with running(Path(tempfile.mkdtemp(prefix="pykcm-bench-")), log=lambda m: print(f"[testenv] {m}")) as plane:
+        if args.apiserver_cpus:
+            pin_to_cpus((plane.processes[APISERVER].pid, plane.processes[ETCD].pid), args.apiserver_cpus)
         api = admin_client(plane.kubeconfig, qps=10_000, burst=10_000)
         try:
             rows = []
             for qps, burst in settings:
                 print(f"[bench] qps {qps}/burst {burst}: kube-controller-manager ...", flush=True)
                 workload = (args.replica_sets, args.replicas, args.concurrent_syncs)
-                kcm = await bench_kcm(plane, api, qps, burst, *workload)
+                kcm = await bench_kcm(plane, api, qps, burst, *workload, args.kcm_content_type)
                 print(f"[bench] qps {qps}/burst {burst}: pykcm ...", flush=True)
                 ours = await bench_pykcm(plane, api, qps, burst, *workload, plane.logs_dir, args.pykcm_checkout)
                 rows.append((f"qps {qps}/burst {burst}", kcm, ours))
@@ -273,7 +285,7 @@ async def main_async(args: argparse.Namespace) -> None:
             ceiling = await apiserver_ceiling(api)
         finally:
             await api.close()
-    print_table(rows, ceiling, args.replica_sets, args.replicas, args.concurrent_syncs)
+    print_table(rows, ceiling, args)
 
 
 def main() -> None:
@@ -283,9 +295,17 @@ def main() -> None:
     parser.add_argument("--limits", default="20/30,1000/1000", help="qps/burst pairs, comma separated")
     parser.add_argument("--concurrent-syncs", type=int, default=5,
                         help="--concurrent-replicaset-syncs of both sides (5: KCM's default)")
+    parser.add_argument("--apiserver-cpus", type=int, default=0,
+                        help="pin the apiserver and etcd to this many CPUs (0: not pinned)")
+    parser.add_argument("--kcm-content-type", choices=sorted(KCM_CONTENT_TYPES), default="protobuf",
+                        help="KCM's --kube-api-content-type (pykcm speaks JSON)")
     parser.add_argument("--pykcm-checkout", type=Path, default=REPO,
                         help="the checkout pykcm runs from (e.g. `git worktree add` of an earlier commit)")
-    asyncio.run(main_async(parser.parse_args()))
+    args = parser.parse_args()
+    cpus = len(os.sched_getaffinity(0))
+    if not 0 <= args.apiserver_cpus < cpus:
+        parser.error(f"--apiserver-cpus {args.apiserver_cpus}: this machine has {cpus} CPUs; leave one to the rest")
+    asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":
