@@ -27,10 +27,11 @@ requests/s.
 
 `--apiserver-cpus N` pins the apiserver and etcd to N CPUs: a control plane short of CPU, where
 what each request costs the apiserver decides the times. `--kcm-content-type json` runs KCM on
-JSON as pykcm is (its --kube-api-content-type; protobuf by default), to tell the wire format's
-share of the apiserver's CPU from the rest.
+JSON as pykcm is (its --kube-api-content-type; protobuf by default) and `--kcm-http1` on HTTP/1.1
+as pykcm is (client-go's DISABLE_HTTP2), to tell the wire's share of the apiserver's CPU from
+the rest.
 Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10 --concurrent-syncs 5
-     --apiserver-cpus N --kcm-content-type protobuf|json --pykcm-checkout DIR]
+     --apiserver-cpus N --kcm-content-type protobuf|json --kcm-http1 --pykcm-checkout DIR]
 """
 
 from __future__ import annotations
@@ -244,7 +245,8 @@ def print_table(rows: list[tuple[str, Result, Result]], ceiling: Ceiling, args: 
     print(f"ReplicaSet controller benchmark: {count} ReplicaSets x {replicas} replicas "
           f"({count * replicas} pods), {args.concurrent_syncs} concurrent syncs, local kube-apiserver v1.36.3")
     pinned = f"pinned to {args.apiserver_cpus} CPU(s)" if args.apiserver_cpus else "not pinned"
-    print(f"apiserver and etcd {pinned}; KCM on {args.kcm_content_type}, pykcm on json")
+    kcm_http = "HTTP/1.1" if args.kcm_http1 else "HTTP/2"
+    print(f"apiserver and etcd {pinned}; KCM on {args.kcm_content_type} over {kcm_http}, pykcm on json over HTTP/1.1")
     groups = [
         (limits, [
             Figure("scale up (s)", kcm.scale_up, ours.scale_up),
@@ -271,6 +273,8 @@ async def main_async(args: argparse.Namespace) -> None:
     with running(Path(tempfile.mkdtemp(prefix="pykcm-bench-")), log=lambda m: print(f"[testenv] {m}")) as plane:
         if args.apiserver_cpus:
             pin_to_cpus((plane.processes[APISERVER].pid, plane.processes[ETCD].pid), args.apiserver_cpus)
+        if args.kcm_http1:  # read by client-go in the KCM this process starts; the apiserver is up already
+            os.environ["DISABLE_HTTP2"] = "1"
         api = admin_client(plane.kubeconfig, qps=10_000, burst=10_000)
         try:
             rows = []
@@ -299,6 +303,8 @@ def main() -> None:
                         help="pin the apiserver and etcd to this many CPUs (0: not pinned)")
     parser.add_argument("--kcm-content-type", choices=sorted(KCM_CONTENT_TYPES), default="protobuf",
                         help="KCM's --kube-api-content-type (pykcm speaks JSON)")
+    parser.add_argument("--kcm-http1", action="store_true",
+                        help="KCM on HTTP/1.1, as pykcm (client-go's DISABLE_HTTP2)")
     parser.add_argument("--pykcm-checkout", type=Path, default=REPO,
                         help="the checkout pykcm runs from (e.g. `git worktree add` of an earlier commit)")
     args = parser.parse_args()
