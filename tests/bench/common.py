@@ -96,15 +96,14 @@ def on_fresh_cluster(directory: Path, label: str, bench: Callable[[ControlPlane]
         return failed(f"{label}: failed: {err!r}"[:300])
 
 
-def pin_to_cpus(pids: Iterable[int], cpus: int) -> list[int]:
+def pin_to_cpus(pids: Iterable[int], cpus: int) -> None:
     """Every thread of each process onto the first `cpus` of this process's CPUs (threads made
-    later inherit it), to starve the control plane as a busy control-plane node would; the CPUs."""
+    later inherit it), to starve the control plane as a busy control-plane node would."""
     chosen = sorted(os.sched_getaffinity(0))[:cpus]
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").iterdir():
             with contextlib.suppress(ProcessLookupError):  # a thread that just ended
                 os.sched_setaffinity(int(task.name), chosen)
-    return chosen
 
 
 # -- Prometheus histograms --------------------------------------------------------------------------
