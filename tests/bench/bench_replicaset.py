@@ -29,9 +29,11 @@ requests/s.
 what each request costs the apiserver decides the times. `--kcm-content-type json` runs KCM on
 JSON as pykcm is (its --kube-api-content-type; protobuf by default) and `--kcm-http1` on HTTP/1.1
 as pykcm is (client-go's DISABLE_HTTP2), to tell the wire's share of the apiserver's CPU from
-the rest.
+the rest. `--controllers-share-cpus` pins each controller manager to the apiserver's CPUs too: a
+small control-plane node, where a controller's own CPU is taken from the apiserver and etcd.
 Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10 --concurrent-syncs 5
-     --apiserver-cpus N --kcm-content-type protobuf|json --kcm-http1 --pykcm-checkout DIR]
+     --apiserver-cpus N --controllers-share-cpus --kcm-content-type protobuf|json --kcm-http1
+     --pykcm-checkout DIR]
 """
 
 from __future__ import annotations
@@ -136,7 +138,11 @@ def settled(rs: dict, replicas: int) -> bool:
     )
 
 
-async def run_workload(api: RestClient, ns: str, count: int, replicas: int, pid: int, apiserver_pid: int) -> Result:
+async def run_workload(api: RestClient, ns: str, count: int, replicas: int, pid: int, apiserver_pid: int,
+                       cpus: int = 0) -> Result:
+    """Scale up, then down; with `cpus`, the controller manager first pinned to the apiserver's CPUs."""
+    if cpus:
+        pin_to_cpus((pid,), cpus)
     result = Result()
     cpu_before, apiserver_cpu_before = cpu_seconds(pid), cpu_seconds(apiserver_pid)
     started = time.monotonic()
@@ -177,21 +183,21 @@ async def cleanup(api: RestClient, ns: str) -> None:
 
 
 async def bench_kcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, count: int, replicas: int,
-                    workers: int, content_type: str = "protobuf") -> Result:
+                    workers: int, content_type: str = "protobuf", cpus: int = 0) -> Result:
     ns = await create_namespace(api, "bench-kcm")
     args = (*KCM_ARGS, f"--kube-api-qps={qps}", f"--kube-api-burst={burst}", f"--concurrent-replicaset-syncs={workers}",
             f"--kube-api-content-type={KCM_CONTENT_TYPES[content_type]}")
     proc = await asyncio.to_thread(plane.start_kcm, "replicaset", args)
     try:
         await asyncio.sleep(1.0)  # healthz is up; give the informers their initial list
-        return await run_workload(api, ns, count, replicas, proc.pid, plane.processes[APISERVER].pid)
+        return await run_workload(api, ns, count, replicas, proc.pid, plane.processes[APISERVER].pid, cpus)
     finally:
         await asyncio.to_thread(plane.stop_kcm)
         await cleanup(api, ns)
 
 
 async def bench_pykcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, count: int, replicas: int,
-                      workers: int, log_dir: Path, checkout: Path) -> Result:
+                      workers: int, log_dir: Path, checkout: Path, cpus: int = 0) -> Result:
     ns = await create_namespace(api, "bench-pykcm")
     proc = PykcmProcess(
         "--kubeconfig", str(plane.kubeconfig), "--controllers", "replicaset", "--use-service-account-credentials",
@@ -200,7 +206,7 @@ async def bench_pykcm(plane: ControlPlane, api: RestClient, qps: int, burst: int
     )
     try:
         await proc.wait_for_log("Caches are synced")
-        return await run_workload(api, ns, count, replicas, proc.pid, plane.processes[APISERVER].pid)
+        return await run_workload(api, ns, count, replicas, proc.pid, plane.processes[APISERVER].pid, cpus)
     finally:
         proc.signal()
         await proc.wait(60)
@@ -245,6 +251,8 @@ def print_table(rows: list[tuple[str, Result, Result]], ceiling: Ceiling, args: 
     print(f"ReplicaSet controller benchmark: {count} ReplicaSets x {replicas} replicas "
           f"({count * replicas} pods), {args.concurrent_syncs} concurrent syncs, local kube-apiserver v1.36.3")
     pinned = f"pinned to {args.apiserver_cpus} CPU(s)" if args.apiserver_cpus else "not pinned"
+    if args.controllers_share_cpus:
+        pinned += ", each controller manager with them"
     kcm_http = "HTTP/1.1" if args.kcm_http1 else "HTTP/2"
     print(f"apiserver and etcd {pinned}; KCM on {args.kcm_content_type} over {kcm_http}, pykcm on json over HTTP/1.1")
     groups = [
@@ -281,9 +289,11 @@ async def main_async(args: argparse.Namespace) -> None:
             for qps, burst in settings:
                 print(f"[bench] qps {qps}/burst {burst}: kube-controller-manager ...", flush=True)
                 workload = (args.replica_sets, args.replicas, args.concurrent_syncs)
-                kcm = await bench_kcm(plane, api, qps, burst, *workload, args.kcm_content_type)
+                shared = args.apiserver_cpus if args.controllers_share_cpus else 0
+                kcm = await bench_kcm(plane, api, qps, burst, *workload, args.kcm_content_type, shared)
                 print(f"[bench] qps {qps}/burst {burst}: pykcm ...", flush=True)
-                ours = await bench_pykcm(plane, api, qps, burst, *workload, plane.logs_dir, args.pykcm_checkout)
+                ours = await bench_pykcm(plane, api, qps, burst, *workload, plane.logs_dir, args.pykcm_checkout,
+                                         shared)
                 rows.append((f"qps {qps}/burst {burst}", kcm, ours))
             print("[bench] apiserver ceiling ...", flush=True)
             ceiling = await apiserver_ceiling(api)
@@ -301,6 +311,8 @@ def main() -> None:
                         help="--concurrent-replicaset-syncs of both sides (5: KCM's default)")
     parser.add_argument("--apiserver-cpus", type=int, default=0,
                         help="pin the apiserver and etcd to this many CPUs (0: not pinned)")
+    parser.add_argument("--controllers-share-cpus", action="store_true",
+                        help="pin each controller manager to the apiserver's CPUs too (needs --apiserver-cpus)")
     parser.add_argument("--kcm-content-type", choices=sorted(KCM_CONTENT_TYPES), default="protobuf",
                         help="KCM's --kube-api-content-type (pykcm speaks JSON)")
     parser.add_argument("--kcm-http1", action="store_true",
@@ -311,6 +323,8 @@ def main() -> None:
     cpus = len(os.sched_getaffinity(0))
     if not 0 <= args.apiserver_cpus < cpus:
         parser.error(f"--apiserver-cpus {args.apiserver_cpus}: this machine has {cpus} CPUs; leave one to the rest")
+    if args.controllers_share_cpus and not args.apiserver_cpus:
+        parser.error("--controllers-share-cpus needs --apiserver-cpus N: the CPUs to share")
     asyncio.run(main_async(args))
 
 
