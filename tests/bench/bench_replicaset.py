@@ -286,10 +286,10 @@ async def main_async(args: argparse.Namespace) -> None:
         api = admin_client(plane.kubeconfig, qps=10_000, burst=10_000)
         try:
             rows = []
+            workload = (args.replica_sets, args.replicas, args.concurrent_syncs)
+            shared = args.apiserver_cpus if args.controllers_share_cpus else 0
             for qps, burst in settings:
                 print(f"[bench] qps {qps}/burst {burst}: kube-controller-manager ...", flush=True)
-                workload = (args.replica_sets, args.replicas, args.concurrent_syncs)
-                shared = args.apiserver_cpus if args.controllers_share_cpus else 0
                 kcm = await bench_kcm(plane, api, qps, burst, *workload, args.kcm_content_type, shared)
                 print(f"[bench] qps {qps}/burst {burst}: pykcm ...", flush=True)
                 ours = await bench_pykcm(plane, api, qps, burst, *workload, plane.logs_dir, args.pykcm_checkout,
