@@ -64,6 +64,7 @@ CONTROLLER_ACCOUNT = "replicaset-controller"  # kube-system/<this>: both sides' 
 POLL = 0.25
 CREATE_CONCURRENCY = 50
 PHASE_TIMEOUT = 900.0
+CATCH_UP_TIMEOUT = 30.0  # for the pods watch to see the last creations
 
 
 # -- workload ---------------------------------------------------------------------------------------
@@ -86,6 +87,12 @@ class PodCreations:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._task is not None
+        # A watch event follows its create's response: when the creates are awaited directly (the
+        # ceiling), the watch has not seen the last ones yet, and cancelling it then left the 90th
+        # percentile unseen (the rate nan). Wait for it, a bounded time.
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT
+        while len(self.arrivals) < self.expected and not self._task.done() and time.monotonic() < deadline:
+            await asyncio.sleep(POLL)
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
 
