@@ -58,7 +58,7 @@ class Manager:
         # refuses writes when the Lease may have expired (leasethread.py).
         self.fence = WriteFence()
         self.heartbeat = LoopHeartbeat()
-        config = replace(config, write_fence=self.fence)
+        config = replace(config, write_fence=self.fence, content_type=options.kube_api_content_type)
         self.client = RestClient(config.with_limits(options.kube_api_qps, options.kube_api_burst))
         self.factory = SharedInformerFactory(self.client.named("shared-informers"), options.min_resync_period)
         self.controller_classes = controllers

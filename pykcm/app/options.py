@@ -8,6 +8,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pykcm.client.protobuf import PROTOBUF
+from pykcm.client.rest import JSON
+
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -125,6 +128,7 @@ class Options:
     namespace_sync_period: float = 300.0
     kube_api_qps: float = 20.0
     kube_api_burst: int = 30
+    kube_api_content_type: str = JSON  # KCM's default is protobuf; pykcm reads it only for the pods watch
     min_resync_period: float = 12 * 3600.0
     local: bool = False
     use_service_account_credentials: bool = False
@@ -153,6 +157,10 @@ class Options:
                 raise OptionsError(f"--{name.replace('_', '-')} must be at least 1")
         if self.kube_api_qps <= 0:
             raise OptionsError("--kube-api-qps must be greater than 0")
+        if self.kube_api_content_type not in (JSON, PROTOBUF):
+            raise OptionsError(
+                f"--kube-api-content-type must be {JSON} or {PROTOBUF} (got {self.kube_api_content_type!r})"
+            )
         if self.namespace_sync_period <= 0 or self.min_resync_period < 0:
             raise OptionsError("--namespace-sync-period must be positive and --min-resync-period not negative")
         if self.local and (self.kubeconfig or self.master):

@@ -37,6 +37,8 @@ class ClientConfig:
     qps: float = 20.0
     burst: int = 30
     user_agent: str = ""
+    # --kube-api-content-type: JSON, or protobuf where pykcm reads it (client/protobuf.py: the pods watch)
+    content_type: str = "application/json"
     ca_file: str | None = None  # to build clients that trust the server but present other credentials
     verify_tls: bool = True
     cert_file: str | None = None  # client certificate and key files, re-read when they rotate

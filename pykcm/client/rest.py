@@ -19,6 +19,7 @@ from pykcm.client.errors import TooManyRequests, TransportError, error_from_stat
 from pykcm.client.fence import FencedWrite, sending
 from pykcm.client.http import ConnectionPool, Response, Timeout
 from pykcm.client.httpconnection import HTTPError
+from pykcm.client.protobuf import MAGIC, WATCH_ACCEPT, WatchDecoder, decode_status
 from pykcm.client.resources import Resource
 from pykcm.util.flowcontrol import TokenBucket
 
@@ -154,33 +155,46 @@ class RestClient:
             raise err
         raise AssertionError("unreachable")
 
-    async def watch(self, path: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Yield watch events ({"type", "object"}) until the server ends the stream."""
+    async def watch(
+        self, path: str, params: dict[str, Any], decoder: WatchDecoder | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield watch events ({"type", "object"}) until the server ends the stream; with `decoder`,
+        read as protobuf (client/protobuf.py), else as JSON."""
         host = self._transport.host_label
         waited = await self._limiter.wait()
         metrics.rate_limiter_duration_by("GET", host).observe(waited)
         server_timeout = float(params.get("timeoutSeconds") or 0)
         read_timeout = server_timeout + WATCH_READ_MARGIN if server_timeout else None
         timeout = Timeout(connect=WATCH_CONNECT_TIMEOUT, read=read_timeout)
+        accept = WATCH_ACCEPT if decoder is not None else JSON
         try:
             resp = await self._transport.pool().stream(
-                "GET", _target(path, {**params, "watch": "true"}), self._headers(JSON, None), timeout
+                "GET", _target(path, {**params, "watch": "true"}), self._headers(accept, None), timeout
             )
             try:
                 metrics.requests_by(str(resp.status), "GET", host).inc()
                 if resp.status >= 300:
-                    raise error_from_status(resp.status, _decode(await resp.read()))
+                    body = await resp.read()
+                    raise error_from_status(resp.status, decode_status(body) if body[:4] == MAGIC else _decode(body))
                 buffer = b""
                 # A chunk often holds many events, and an event (a big CRD) may span many chunks:
                 # walk each chunk by offset, keep only the unfinished tail.
                 while (chunk := await resp.next_chunk()) is not None:
                     buffer = buffer + chunk if buffer else chunk
                     start = 0
-                    while (newline := buffer.find(b"\n", start)) >= 0:
-                        line = buffer[start:newline]
-                        start = newline + 1
-                        if line and not line.isspace():
-                            yield orjson.loads(line)
+                    if decoder is not None:  # frames: a 4-byte big-endian length, then the event
+                        while len(buffer) - start >= 4:
+                            end = start + 4 + int.from_bytes(buffer[start : start + 4], "big")
+                            if end > len(buffer):
+                                break
+                            yield decoder.event(buffer[start + 4 : end])
+                            start = end
+                    else:
+                        while (newline := buffer.find(b"\n", start)) >= 0:
+                            line = buffer[start:newline]
+                            start = newline + 1
+                            if line and not line.isspace():
+                                yield orjson.loads(line)
                     buffer = buffer[start:]
             finally:
                 resp.close()

@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pykcm.client.resources import Resource
+from pykcm.client.protobuf import PROTOBUF, Projected, WatchDecoder, supports
+from pykcm.client.resources import PODS, Resource
 from pykcm.client.rest import RestClient
 from pykcm.informers import metrics
 from pykcm.informers.delta_queue import Delta, DeltaQueue, DeltaType
@@ -85,6 +86,8 @@ class SharedInformer:
         cached = self.indexer.get(object_key(obj)) if rv else None
         if cached is not None and cached["metadata"].get("resourceVersion") == rv:
             return cached
+        if type(obj) is Projected:  # decoded into the projection already (client/protobuf.py)
+            return obj
         return strip_managed_fields(obj) if self.projection is None else project(obj, self.projection)
 
     def add_event_handler(
@@ -133,11 +136,23 @@ class SharedInformer:
     def start(self) -> None:
         if self._tasks:
             return
+        self.reflector.watch_decoder = self._watch_decoder()
         self._tasks = [
             asyncio.create_task(self.reflector.run(), name=f"reflector {self.resource.name}"),
             asyncio.create_task(self._process(), name=f"informer {self.resource.name}"),
             asyncio.create_task(self._resync_loop(), name=f"resync {self.resource.name}"),
         ]
+
+    def _watch_decoder(self) -> WatchDecoder | None:
+        """Protobuf for the pods watch where asked for (`--kube-api-content-type`) and the fields
+        the cache keeps can be read from it; JSON otherwise."""
+        if self.reflector.client.config.content_type != PROTOBUF or self.resource != PODS:
+            return None
+        if self.projection is None or not supports(self.projection):
+            log.info("Watching as JSON: the cache keeps fields not read from protobuf", resource=self.resource.name)
+            return None
+        log.info("Watching as protobuf", resource=self.resource.name)
+        return WatchDecoder(self.projection)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pykcm.client.errors import ApiError, Gone, TooManyRequests, TransportError, error_from_status
+from pykcm.client.protobuf import WatchDecoder
 from pykcm.client.resources import Resource
 from pykcm.client.rest import RestClient
 from pykcm.informers import metrics
@@ -95,6 +96,8 @@ class Reflector:
         self.last_error: str | None = None
         self._logged: tuple[str, str, float] = ("", "", 0.0)  # message, error, when
         self.watch_list = watch_list_enabled() if watch_list is None else watch_list
+        # Set by the informer where the watch is read as protobuf (client/protobuf.py); else JSON.
+        self.watch_decoder: WatchDecoder | None = None
         # Objects streamed so far while a watch sends its initial events; None when not streaming.
         self._initial: dict[str, dict[str, Any]] | None = None
 
@@ -218,7 +221,7 @@ class Reflector:
         self._initial = {} if send_initial_events else None
         started = time.monotonic()
         events = 0
-        async for event in self.client.watch(self.resource.path(), params):
+        async for event in self.client.watch(self.resource.path(), params, decoder=self.watch_decoder):
             events += 1
             kind = event.get("type")
             obj = event.get("object") or {}

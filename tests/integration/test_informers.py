@@ -33,9 +33,9 @@ class SpyClient(RestClient):
             self.lists.append((path, dict(kw.get("params") or {})))
         return await super().request(method, path, **kw)
 
-    def watch(self, path: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    def watch(self, path: str, params: dict[str, Any], decoder: Any = None) -> AsyncIterator[dict[str, Any]]:
         self.watches.append((path, dict(params)))
-        return super().watch(path, params)
+        return super().watch(path, params, decoder)
 
 
 class Events:

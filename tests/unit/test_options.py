@@ -111,6 +111,7 @@ def test_defaults_are_kcm_defaults() -> None:
         ({"bind_address": "localhost"}, "--bind-address"),
         ({"tls_cert_file": "/tmp/cert.pem"}, "together"),
         ({"authorization_always_allow_paths": ["healthz"]}, "must start with /"),
+        ({"kube_api_content_type": "application/yaml"}, "--kube-api-content-type must be application/json or"),
     ],
 )
 def test_validate_rejects(changes: dict, message: str) -> None:
@@ -150,6 +151,7 @@ def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[s
         (["run", "--leader-elect-resource-lock=endpoints"], '"leases"'),
         (["run", "--secure-port=99999"], "--secure-port"),
         (["run", "--controllers=nope"], "not in the list of known controllers"),
+        (["run", "--kube-api-content-type=protobuf"], "--kube-api-content-type must be"),
     ],
 )
 def test_bad_flags_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

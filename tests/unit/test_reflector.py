@@ -33,7 +33,7 @@ class ScriptedClient(RestClient):
             raise answer
         return answer
 
-    async def watch(self, path, params):
+    async def watch(self, path, params, decoder=None):
         self.watch_params.append(params)
         events = self.watches.pop(0) if self.watches else []
         if isinstance(events, Exception):
