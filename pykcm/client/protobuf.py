@@ -108,7 +108,6 @@ class WatchDecoder:
     """Turns the frames of a protobuf watch of pods into watch events ({"type", "object"})."""
 
     def __init__(self, projection: Projection) -> None:
-        self.projection = projection
         self._objects = compile_table("Pod", projection)
         self._bookmarks = compile_table("Pod", {"metadata": {"resourceVersion": True, "annotations": True}})
 
@@ -119,35 +118,39 @@ class WatchDecoder:
         pos += n
         _, pos = _varint(frame, pos + 1)  # into the RawExtension
         _, pos = _varint(frame, pos + 1)  # into its raw bytes
-        if frame[pos:pos + 4] != MAGIC:
-            raise ValueError(f"watch event {kind}: object without the protobuf envelope")
-        type_meta: dict[str, Any] = {}
-        pos += 4
-        while pos < len(frame):
-            tag = frame[pos]
-            n, start = _varint(frame, pos + 1)
-            if tag == 0x0A:
-                type_meta = decode(frame, start, start + n, _TYPE_META)
-            elif tag == 0x12:
-                table = self._bookmarks if kind == "BOOKMARK" else _STATUS if kind == "ERROR" else self._objects
-                obj = Projected(decode(frame, start, start + n, table))
-                obj["kind"] = type_meta.get("kind", "")
-                obj["apiVersion"] = type_meta.get("apiVersion", "")
-                return {"type": kind, "object": obj}
-            pos = start + n
-        raise ValueError(f"watch event {kind}: no object")
+        type_meta, start, end = _envelope(frame, pos)
+        table = self._bookmarks if kind == "BOOKMARK" else _STATUS if kind == "ERROR" else self._objects
+        obj = Projected(decode(frame, start, end, table))
+        obj["kind"] = type_meta.get("kind", "")
+        obj["apiVersion"] = type_meta.get("apiVersion", "")
+        return {"type": kind, "object": obj}
 
 
 def decode_status(body: bytes) -> dict[str, Any]:
-    """An error response in protobuf: MAGIC, then Unknown{1 TypeMeta, 2 raw: the Status}."""
-    pos = len(MAGIC)
-    while pos < len(body):
-        tag = body[pos]
-        n, start = _varint(body, pos + 1)
-        if tag == 0x12:
-            return {"kind": "Status", **decode(body, start, start + n, _STATUS)}
+    """An error response in protobuf: a Status in the envelope."""
+    try:
+        _, start, end = _envelope(body, 0)
+        return {**decode(body, start, end, _STATUS), "kind": "Status"}
+    except (ValueError, IndexError):
+        return {"kind": "Status", "message": "an error response in protobuf that does not decode"}
+
+
+def _envelope(buf: bytes, pos: int) -> tuple[dict[str, Any], int, int]:
+    """MAGIC, then runtime.Unknown{1 TypeMeta, 2 raw} to the end of `buf`: the TypeMeta, and
+    where the object's own bytes lie."""
+    if buf[pos : pos + len(MAGIC)] != MAGIC:
+        raise ValueError("protobuf object without its envelope")
+    pos += len(MAGIC)
+    type_meta: dict[str, Any] = {}
+    while pos < len(buf):
+        tag = buf[pos]
+        n, start = _varint(buf, pos + 1)
+        if tag == 0x0A:
+            type_meta = decode(buf, start, start + n, _TYPE_META)
+        elif tag == 0x12:
+            return type_meta, start, start + n
         pos = start + n
-    return {"kind": "Status", "message": "protobuf error response without a Status"}
+    raise ValueError("protobuf envelope without an object")
 
 
 _TYPE_META = compile_table("TypeMeta", True)
