@@ -16,17 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pykcm.util.validation import is_dns1123_subdomain
+
 IN, NOT_IN, EXISTS, DOES_NOT_EXIST, EQUALS = "In", "NotIn", "Exists", "DoesNotExist", "Equals"
 _EXPRESSION_OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST)
 
 _NAME_FMT = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 _NAME = re.compile(f"^{_NAME_FMT}$")
 _VALUE = re.compile(f"^({_NAME_FMT})?$")
-_DNS_LABEL_FMT = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL_FMT}(\.{_DNS_LABEL_FMT})*$")
 NAME_MAX_LENGTH = 63
 VALUE_MAX_LENGTH = 63
-PREFIX_MAX_LENGTH = 253
 
 Labels = Mapping[str, str]
 
@@ -116,7 +115,7 @@ def _key_errors(key: str) -> list[str]:
     errors = []
     if len(parts) == 2:
         prefix = parts[0]
-        if not prefix or len(prefix) > PREFIX_MAX_LENGTH or not _DNS_SUBDOMAIN.match(prefix):
+        if not is_dns1123_subdomain(prefix):
             errors.append(f"key: Invalid value: {key!r}: prefix part must be a lowercase RFC 1123 subdomain")
     name = parts[-1]
     if len(name) > NAME_MAX_LENGTH:

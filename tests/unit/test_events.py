@@ -1,16 +1,20 @@
-"""The event recorder's memory (spam-filter buckets, aggregation records) is bounded like
-client-go's EventCorrelator: LRU caches of 4,096 entries (tools/record/events_cache.go)."""
+"""The event recorder writes what client-go's EventBroadcaster writes: one event at a time from a
+bounded queue, correlated as its EventCorrelator (tools/record/events_cache.go) with memories
+bounded like it (LRU caches of 4,096), retried in transport as recordToSink does."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
+import re
 from typing import Any
 
 import pytest
 
-from pykcm.client import events
+from pykcm.client import eventcorrelator, events
+from pykcm.client.errors import Invalid, NotFound, TransportError
+from pykcm.client.eventcorrelator import EventCorrelator
 from pykcm.client.events import EventRecorder
 from pykcm.client.resources import Resource
 
@@ -18,8 +22,9 @@ from pykcm.client.resources import Resource
 class FakeApi:
     def __init__(self, latency: float = 0.0) -> None:
         self.created: list[dict] = []
-        self.patched: list[str] = []
-        self._names = itertools.count()
+        self.patched: list[tuple[str, dict]] = []
+        self.failures: list[BaseException] = []  # raised by the next writes, in order
+        self._versions = itertools.count(1)
         self.latency = latency
         self.in_flight = self.most_in_flight = 0
 
@@ -28,85 +33,160 @@ class FakeApi:
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         await asyncio.sleep(self.latency)
         self.in_flight -= 1
+        if self.failures:
+            raise self.failures.pop(0)
 
     async def create(self, res: Resource, body: dict, namespace: str | None = None) -> dict:
         await self._answer()
         self.created.append(body)
-        return {**body, "metadata": {**body["metadata"], "name": f"e{next(self._names)}"}}
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": str(next(self._versions))}}
 
     async def patch(self, res: Resource, name: str, body: dict, **_: Any) -> dict:
         await self._answer()
-        self.patched.append(name)
-        return {}
+        self.patched.append((name, body))
+        original = next(e for e in self.created if e["metadata"]["name"] == name)
+        return {**original, **body}
+
+    @property
+    def writes(self) -> int:
+        return len(self.created) + len(self.patched)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.nanos = 1_700_000_000 * 10**9
+
+    def __call__(self) -> int:
+        self.nanos += 1000  # every reading a microsecond later: distinct names, as a real clock's
+        return self.nanos
+
+    def advance(self, seconds: float) -> None:
+        self.nanos += int(seconds * 1e9)
 
 
 def pod(i: int) -> dict:
     return {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"}}
 
 
-async def send(recorder: EventRecorder, obj: dict, type_: str = events.NORMAL, message: str = "m") -> None:
-    involved = {**{k: obj.get(k, "") for k in ("kind", "apiVersion")}, **{
-        k: obj["metadata"].get(k, "") for k in ("namespace", "name", "uid")}, "resourceVersion": ""}
-    await recorder._send(involved, type_, "Reason", message)
+def recorder_with(api: FakeApi, clock: FakeClock | None = None) -> EventRecorder:
+    recorder = EventRecorder(api, "c")  # type: ignore[arg-type]
+    if clock is not None:
+        recorder.correlator = EventCorrelator(clock)
+    return recorder
 
 
-async def test_spam_filter_buckets_are_an_lru_of_4096() -> None:
+async def record_all(recorder: EventRecorder, *calls: tuple[dict, str, str, str]) -> None:
+    """Record and write them all, a queue's worth at a time: none dropped."""
+    for start in range(0, len(calls), events.MAX_PENDING):
+        for call in calls[start:start + events.MAX_PENDING]:
+            recorder.record(*call)
+        await recorder.close(timeout=30)
+
+
+def created(obj: dict, i: int) -> tuple[dict, str, str, str]:
+    return obj, events.NORMAL, "SuccessfulCreate", f"Created pod: web-{i}"
+
+
+async def test_an_event_is_shaped_as_kcms() -> None:
+    """As the built KCM writes it: named <object>.<hex nanoseconds>, source and reporting
+    component the controller, no host (KCM's controllers name none)."""
     api = FakeApi()
-    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
-    for i in range(events.MAX_TRACKED + 100):
-        await send(recorder, pod(i))
-    assert len(recorder._buckets) == events.MAX_TRACKED
-    assert len(recorder._sent) == events.MAX_TRACKED
+    await record_all(recorder_with(api), created(pod(0), 0))
+    event = api.created[0]
+    assert re.fullmatch(r"p0\.[0-9a-f]{16}", event["metadata"]["name"])
+    assert event["source"] == {"component": "c"} and event["reportingComponent"] == "c"
+    assert "reportingInstance" not in event and event["count"] == 1
+    assert event["involvedObject"] == {"kind": "Pod", "apiVersion": "v1", "namespace": "ns", "name": "p0", "uid": "u0"}
+    assert event["firstTimestamp"] == event["lastTimestamp"]
 
 
-async def test_the_least_recently_used_object_is_forgotten_first() -> None:
+def test_a_name_that_would_be_invalid_is_a_uuid() -> None:
+    assert re.fullmatch(r"[0-9a-f-]{36}", eventcorrelator.event_name("system:controller:x", 1))
+    assert eventcorrelator.event_name("web", 255) == "web.ff"
+
+
+async def test_the_tenth_similar_message_is_combined_and_later_ones_update_it() -> None:
+    """One ReplicaSet scaled to 30 in KCM: nine Events, one combined Event with count 16, the
+    last five dropped by the spam filter (burst 25)."""
     api = FakeApi()
-    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
-    for _ in range(events.SPAM_BURST):
-        await send(recorder, pod(0))  # p0 spends its whole burst
-    for i in range(1, events.MAX_TRACKED):
-        await send(recorder, pod(i))
-    await send(recorder, pod(0))  # p0 used again: the most recent now, and still throttled
-    assert len(api.created) + len(api.patched) == events.SPAM_BURST + events.MAX_TRACKED - 1
-    await send(recorder, pod(events.MAX_TRACKED))  # one too many: the least recently used goes
-    assert spam_key(pod(1)) not in recorder._buckets
-    assert spam_key(pod(0)) in recorder._buckets
-    writes = len(api.created) + len(api.patched)
-    await send(recorder, pod(0))
-    assert len(api.created) + len(api.patched) == writes  # p0's empty bucket survived: still throttled
+    await record_all(recorder_with(api), *(created(pod(0), i) for i in range(30)))
+    assert [e["message"] for e in api.created[:9]] == [f"Created pod: web-{i}" for i in range(9)]
+    combined = api.created[9]
+    assert combined["message"] == "(combined from similar events): Created pod: web-9"
+    assert "reportingComponent" not in combined  # client-go's aggregate Event carries none
+    assert len(api.created) == 10
+    assert {name for name, _ in api.patched} == {combined["metadata"]["name"]}
+    assert [body["count"] for _, body in api.patched] == list(range(2, 17))
+    assert api.patched[-1][1]["message"] == "(combined from similar events): Created pod: web-24"
 
 
-def spam_key(obj: dict, type_: str = events.NORMAL) -> tuple:
-    meta = obj["metadata"]
-    return (obj["kind"], meta["namespace"], meta["name"], meta["uid"], obj["apiVersion"], type_)
+async def test_similar_messages_are_counted_afresh_after_ten_minutes() -> None:
+    clock, api = FakeClock(), FakeApi()
+    recorder = recorder_with(api, clock)
+    await record_all(recorder, *(created(pod(0), i) for i in range(9)))
+    clock.advance(eventcorrelator.AGGREGATE_INTERVAL + 1)
+    await record_all(recorder, created(pod(0), 9))
+    assert api.created[-1]["message"] == "Created pod: web-9" and not api.patched
+
+
+async def test_events_the_spam_filter_drops_still_count() -> None:
+    """client-go counts an event before its spam filter drops it: when the filter lets one
+    through again (one every 5 minutes), the count written includes the dropped ones."""
+    clock, api = FakeClock(), FakeApi()
+    recorder = recorder_with(api, clock)
+    failing = (pod(0), events.WARNING, "FailedCreate", "Error creating: quota")
+    await record_all(recorder, *[failing] * 30)
+    assert len(api.created) == 1 and len(api.patched) == 24 and api.patched[-1][1]["count"] == 25
+    clock.advance(1 / eventcorrelator.SPAM_QPS)
+    await record_all(recorder, failing)
+    assert api.patched[-1][1]["count"] == 31
 
 
 async def test_spam_key_includes_the_event_type_as_client_go() -> None:
     api = FakeApi()
-    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
-    for _ in range(events.SPAM_BURST + 1):
-        await send(recorder, pod(0), events.NORMAL)
-    await send(recorder, pod(0), events.WARNING)  # its own bucket: not throttled by the Normal ones
-    assert api.created[-1]["type"] == events.WARNING
+    recorder = recorder_with(api)
+    await record_all(recorder, *[(pod(0), events.NORMAL, "Reason", "m")] * (eventcorrelator.SPAM_BURST + 1),
+                     (pod(0), events.WARNING, "Reason", "m"))
+    assert api.created[-1]["type"] == events.WARNING  # its own bucket: not throttled by the Normal ones
+
+
+async def test_memories_are_lrus_of_4096() -> None:
+    api = FakeApi()
+    recorder = recorder_with(api)
+    await record_all(recorder, *(created(pod(i), 0) for i in range(eventcorrelator.MAX_TRACKED + 100)))
+    correlator = recorder.correlator
+    assert len(correlator._buckets) == len(correlator._similar) == eventcorrelator.MAX_TRACKED
+    assert len(correlator._written) == eventcorrelator.MAX_TRACKED
+
+
+async def test_the_least_recently_used_object_is_forgotten_first() -> None:
+    api = FakeApi()
+    recorder = recorder_with(api)
+    same = (pod(0), events.NORMAL, "Reason", "m")
+    await record_all(recorder, *[same] * eventcorrelator.SPAM_BURST)  # p0 spends its whole burst
+    await record_all(recorder, *(created(pod(i), 0) for i in range(1, eventcorrelator.MAX_TRACKED)))
+    await record_all(recorder, same)  # p0 used again: the most recent now, and still throttled
+    assert api.writes == eventcorrelator.SPAM_BURST + eventcorrelator.MAX_TRACKED - 1
+    await record_all(recorder, created(pod(eventcorrelator.MAX_TRACKED), 0))  # the least recently used goes
+    writes = api.writes
+    await record_all(recorder, same)
+    assert api.writes == writes  # p0's empty bucket survived: still throttled
 
 
 async def test_a_burst_is_written_one_at_a_time_as_client_go() -> None:
     """One write in flight, as client-go's sender: events take no more of the rate limit from the
     controller's own writes than in KCM. A full queue's worth is written without drops."""
     api = FakeApi(latency=0.002)
-    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
-    for i in range(events.MAX_PENDING):
-        recorder.record(pod(i % 50), events.NORMAL, "SuccessfulCreate", f"Created pod: p{i}")
-    await recorder.close(timeout=30)
+    await record_all(recorder_with(api), *(created(pod(i), i) for i in range(events.MAX_PENDING)))
     assert len(api.created) == events.MAX_PENDING
     assert api.most_in_flight == 1
 
 
 async def test_drops_are_counted_and_logged_at_most_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
-    recorder = EventRecorder(FakeApi(latency=1.0), "c", host="h")  # type: ignore[arg-type]
+    recorder = recorder_with(FakeApi(latency=1.0))
     with caplog.at_level(logging.ERROR, logger="pykcm.events"):
         for i in range(events.MAX_PENDING + 300):
-            recorder.record(pod(i), events.NORMAL, "SuccessfulCreate", f"Created pod: p{i}")
+            recorder.record(*created(pod(i), i))
     await recorder.close(timeout=0.1)
     drops = [r for r in caplog.records if r.getMessage() == "Dropping events, queue full"]
     assert len(drops) == 1
@@ -115,10 +195,37 @@ async def test_drops_are_counted_and_logged_at_most_once_a_minute(caplog: pytest
 
 async def test_one_objects_events_are_written_in_order_and_a_repeat_patches() -> None:
     api = FakeApi(latency=0.005)
-    recorder = EventRecorder(api, "c", host="h")  # type: ignore[arg-type]
-    for message in ("a", "b", "a", "c", "a"):
-        recorder.record(pod(0), events.WARNING, "FailedCreate", message)
-    recorder.record(pod(1), events.WARNING, "FailedCreate", "a")
-    await recorder.close()
+    failed = [(pod(0), events.WARNING, "FailedCreate", message) for message in ("a", "b", "a", "c", "a")]
+    await record_all(recorder_with(api), *failed, (pod(1), events.WARNING, "FailedCreate", "a"))
     assert [e["message"] for e in api.created if e["involvedObject"]["name"] == "p0"] == ["a", "b", "c"]
-    assert len(api.patched) == 2 and len(set(api.patched)) == 1  # p0's "a" counted twice more on one Event
+    assert [(body["count"], body["message"]) for _, body in api.patched] == [(2, "a"), (3, "a")]
+    assert len({name for name, _ in api.patched}) == 1  # p0's "a" counted twice more on one Event
+
+
+async def test_an_expired_event_is_created_again_with_its_count() -> None:
+    api = FakeApi()
+    recorder = recorder_with(api)
+    await record_all(recorder, created(pod(0), 0))
+    api.failures.append(NotFound(404, "NotFound", "events \"p0.x\" not found"))
+    await record_all(recorder, created(pod(0), 0))
+    again = api.created[-1]
+    assert again["metadata"]["name"] == api.created[0]["metadata"]["name"] and again["count"] == 2
+    assert "resourceVersion" not in again["metadata"]
+
+
+async def test_a_transport_failure_is_retried_and_a_refusal_is_not(monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(events, "RETRY_SLEEP", 0.0)
+    api = FakeApi()
+    api.failures += [TransportError("connection refused")] * 2
+    recorder = recorder_with(api)
+    await record_all(recorder, created(pod(0), 0))
+    assert len(api.created) == 1  # the third try
+    api.failures.append(Invalid(422, "Invalid", "Event is invalid"))
+    with caplog.at_level(logging.ERROR, logger="pykcm.events"):
+        await record_all(recorder, created(pod(1), 0), created(pod(2), 0))
+    assert [e["involvedObject"]["name"] for e in api.created] == ["p0", "p2"]
+    assert any(r.getMessage() == "Server rejected event (will not retry!)" for r in caplog.records)
+    api.failures += [TransportError("connection refused")] * events.MAX_TRIES
+    await record_all(recorder, created(pod(3), 0), created(pod(4), 0))
+    assert [e["involvedObject"]["name"] for e in api.created] == ["p0", "p2", "p4"]  # p3 given up after 12
