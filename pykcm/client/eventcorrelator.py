@@ -97,9 +97,7 @@ class EventCorrelator:
 
     def update_state(self, written: Event) -> None:
         """Remember an Event as the API server returned it (its name and resourceVersion)."""
-        meta = written["metadata"]
-        self._written.put(event_key(written), _Written(
-            written.get("count", 1), written.get("firstTimestamp", ""), meta["name"], meta.get("resourceVersion", "")))
+        self._remember(event_key(written), written)
 
     def _aggregate(self, event: Event) -> tuple[Event, tuple]:
         now = self._clock()
@@ -127,7 +125,7 @@ class EventCorrelator:
 
     def _observe(self, event: Event, key: tuple) -> Correlated:
         written = self._written.get(key)
-        if written is None or written.count <= 0:
+        if written is None:
             self._remember(key, event)
             return Correlated(event)
         event = {**event, "metadata": {**event["metadata"], "name": written.name,
@@ -140,7 +138,7 @@ class EventCorrelator:
 
     def _remember(self, key: tuple, event: Event) -> None:
         meta = event["metadata"]
-        self._written.put(key, _Written(event["count"], event["firstTimestamp"], meta["name"],
+        self._written.put(key, _Written(event.get("count", 1), event.get("firstTimestamp", ""), meta["name"],
                                         meta.get("resourceVersion", "")))
 
     def _spam(self, event: Event) -> bool:

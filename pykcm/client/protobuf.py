@@ -109,6 +109,7 @@ class WatchDecoder:
 
     def __init__(self, projection: Projection) -> None:
         self._objects = compile_table("Pod", projection)
+        self._type_fields = tuple(name for name in TYPE_FIELDS if projection.get(name))  # as project() keeps them
         self._bookmarks = compile_table("Pod", {"metadata": {"resourceVersion": True, "annotations": True}})
 
     def event(self, frame: bytes) -> dict[str, Any]:
@@ -121,8 +122,8 @@ class WatchDecoder:
         type_meta, start, end = _envelope(frame, pos)
         table = self._bookmarks if kind == "BOOKMARK" else _STATUS if kind == "ERROR" else self._objects
         obj = Projected(decode(frame, start, end, table))
-        obj["kind"] = type_meta.get("kind", "")
-        obj["apiVersion"] = type_meta.get("apiVersion", "")
+        for name in self._type_fields if table is self._objects else TYPE_FIELDS:
+            obj[name] = type_meta.get(name, "")
         return {"type": kind, "object": obj}
 
 

@@ -31,6 +31,9 @@ WIDE = {  # more than a controller keeps: every field client/protobuf.py knows
 }
 
 
+NARROW = {"metadata": {"name": True, "resourceVersion": True}}  # not even kind and apiVersion
+
+
 def rich_pod(name: str) -> dict[str, Any]:
     return {
         "metadata": {
@@ -89,7 +92,7 @@ async def test_protobuf_watch_gives_the_projection_of_the_json_watch(control_pla
         await client.update(PODS, status(await client.get(PODS, "rich", ns)), subresource="status")
         await client.delete(PODS, "rich", namespace=ns)  # the finalizer holds it: deletionTimestamp
         await client.delete(PODS, "plain", namespace=ns)  # unscheduled: gone at once
-        for projection in (CONTROLLER_POD_FIELDS, WIDE):
+        for projection in (CONTROLLER_POD_FIELDS, WIDE, NARROW):
             as_json, as_protobuf = await asyncio.gather(
                 collect(client, ns, rv, None), collect(client, ns, rv, WatchDecoder(projection))
             )

@@ -72,7 +72,7 @@ async def test_protobuf_frames_are_split_whatever_the_chunks() -> None:
         await resp.write(split[9:])
         return resp
 
-    decoder = WatchDecoder({"kind": True, "metadata": {"name": True, "labels": True}})
+    decoder = WatchDecoder({"kind": True, "apiVersion": True, "metadata": {"name": True, "labels": True}})
     async with loopback_server(handle) as url:
         client = RestClient(ClientConfig(host=url, ssl_context=None))
         try:
