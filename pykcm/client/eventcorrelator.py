@@ -101,17 +101,18 @@ class EventCorrelator:
 
     def _aggregate(self, event: Event) -> tuple[Event, tuple]:
         now = self._clock()
+        seconds = now / 1e9
         key = _aggregate_key(event)
         similar = self._similar.get(key)
-        if similar is None or now / 1e9 - similar.last_seen > AGGREGATE_INTERVAL:
+        if similar is None or seconds - similar.last_seen > AGGREGATE_INTERVAL:
             similar = _Similar()
         similar.messages.add(event["message"])
-        similar.last_seen = now / 1e9
+        similar.last_seen = seconds
         self._similar.put(key, similar)
         if len(similar.messages) < AGGREGATE_MAX_EVENTS:
             return event, event_key(event)
         similar.messages.pop()  # stays at the limit, as client-go's PopAny
-        stamp = apitime.format_time(now / 1e9)
+        stamp = apitime.format_time(seconds)
         ref = event["involvedObject"]
         # client-go's aggregate Event carries no reporting fields: KCM's "combined" Events have none.
         aggregate = {

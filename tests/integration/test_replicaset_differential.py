@@ -128,7 +128,7 @@ def normal_event(event: dict) -> dict:
         **{k: event.get(k) for k in ("type", "reason", "count", "source", "reportingComponent", "reportingInstance")},
         "message": POD_NAME.sub("web-*", event["message"]),
         "involvedObject": sorted(event["involvedObject"]),
-        "lastTimestamp after firstTimestamp": event["lastTimestamp"] >= event["firstTimestamp"],
+        "lastTimestamp not before firstTimestamp": event["lastTimestamp"] >= event["firstTimestamp"],
     }
 
 
