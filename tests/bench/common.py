@@ -3,6 +3,7 @@ concurrency for the benchmark's own requests, and the KCM | pykcm | ratio table.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import compileall
 import contextlib
@@ -96,6 +97,21 @@ def on_fresh_cluster(directory: Path, label: str, bench: Callable[[ControlPlane]
         return failed(f"{label}: failed: {err!r}"[:300])
 
 
+def add_pinning_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--apiserver-cpus", type=int, default=0,
+                        help="pin the apiserver and etcd to this many CPUs (0: not pinned)")
+    parser.add_argument("--controllers-share-cpus", action="store_true",
+                        help="pin each controller manager to the apiserver's CPUs too (needs --apiserver-cpus)")
+
+
+def check_pinning_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    if not 0 <= args.apiserver_cpus < cpus:
+        parser.error(f"--apiserver-cpus {args.apiserver_cpus}: this machine has {cpus} CPUs; leave one to the rest")
+    if args.controllers_share_cpus and not args.apiserver_cpus:
+        parser.error("--controllers-share-cpus needs --apiserver-cpus N: the CPUs to share")
+
+
 def pin_to_cpus(pids: Iterable[int], cpus: int) -> None:
     """Every thread of each process onto the first `cpus` of this process's CPUs (threads made
     later inherit it), to starve the control plane as a busy control-plane node would."""
@@ -162,10 +178,10 @@ def ratio(ours: float | None, theirs: float | None) -> str:
 
 
 def side_by_side(groups: Sequence[tuple[str, Sequence[Figure], Sequence[str]]], label_width: int = 22,
-                 figure_width: int = 26) -> list[str]:
+                 figure_width: int = 26, label_header: str = "client limits") -> list[str]:
     """Table lines: per group (e.g. one client limit) its label, its figures and notes below."""
     figure_width = max([figure_width, *(len(f.name) + 2 for _, figures, _ in groups for f in figures)])
-    header = f"{'client limits':<{label_width}}{'figure':<{figure_width}}{'KCM':>12}{'pykcm':>12}{'pykcm/KCM':>12}"
+    header = f"{label_header:<{label_width}}{'figure':<{figure_width}}{'KCM':>12}{'pykcm':>12}{'pykcm/KCM':>12}"
     lines = [header, "-" * len(header)]
     for label, figures, notes in groups:
         for i, fig in enumerate(figures):
