@@ -71,7 +71,7 @@ def run(
     namespace_sync_period: Annotated[str, typer.Option(help="Period for re-checking terminating namespaces.")] = format_duration(_defaults.namespace_sync_period),
     kube_api_qps: Annotated[float, typer.Option(help="QPS to use while talking with the Kubernetes API server.")] = _defaults.kube_api_qps,
     kube_api_burst: Annotated[int, typer.Option(help="Burst to use while talking with the Kubernetes API server.")] = _defaults.kube_api_burst,
-    kube_api_content_type: Annotated[str, typer.Option(help="Content type of requests sent to the API server: application/json, or application/vnd.kubernetes.protobuf to read the pods watch as protobuf (every other request stays JSON).")] = _defaults.kube_api_content_type,
+    kube_api_content_type: Annotated[str, typer.Option(help="Content type of requests sent to the API server: application/vnd.kubernetes.protobuf reads the pods watch as protobuf (every other request stays JSON), application/json reads everything as JSON.")] = _defaults.kube_api_content_type,
     min_resync_period: Annotated[str, typer.Option(help="Resync period of informers: random between this and twice this.")] = format_duration(_defaults.min_resync_period),
     local: Annotated[bool, typer.Option("--local", help="Start a real local cluster (etcd, kube-apiserver, kube-controller-manager with every other controller, kube-scheduler, simulated nodes) and run against it.")] = False,
     local_nodes: Annotated[int, typer.Option(min=0, help="Simulated nodes of the --local cluster; 0 for a bare apiserver without scheduler or KCM.")] = 3,

@@ -128,7 +128,7 @@ class Options:
     namespace_sync_period: float = 300.0
     kube_api_qps: float = 20.0
     kube_api_burst: int = 30
-    kube_api_content_type: str = JSON  # KCM's default is protobuf; pykcm reads it only for the pods watch
+    kube_api_content_type: str = PROTOBUF  # KCM's default; pykcm reads protobuf only for the pods watch
     min_resync_period: float = 12 * 3600.0
     local: bool = False
     use_service_account_credentials: bool = False

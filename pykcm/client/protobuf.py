@@ -7,8 +7,9 @@ whole pod into the plain dicts pykcm keeps would cost pykcm far more than JSON d
 the fields its informer keeps (the projection, about a tenth of a pod) and stepping over the rest
 by their length costs about what `orjson.loads` plus the projection does.
 
-`--kube-api-content-type application/vnd.kubernetes.protobuf` asks for it. Only the pods watch
-whose projection names fields of `SCHEMA` is read so; everything else stays JSON.
+`--kube-api-content-type application/vnd.kubernetes.protobuf` (the default, as KCM's) asks for
+it. Only the pods watch whose projection names fields of `SCHEMA` is read so; everything else
+stays JSON.
 """
 
 from __future__ import annotations

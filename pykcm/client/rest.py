@@ -19,7 +19,7 @@ from pykcm.client.errors import TooManyRequests, TransportError, error_from_stat
 from pykcm.client.fence import FencedWrite, sending
 from pykcm.client.http import ConnectionPool, Response, Timeout
 from pykcm.client.httpconnection import HTTPError
-from pykcm.client.protobuf import MAGIC, WATCH_ACCEPT, WatchDecoder, decode_status
+from pykcm.client.protobuf import MAGIC, PROTOBUF, WATCH_ACCEPT, WatchDecoder, decode_status
 from pykcm.client.resources import Resource
 from pykcm.util.flowcontrol import TokenBucket
 
@@ -159,14 +159,15 @@ class RestClient:
         self, path: str, params: dict[str, Any], decoder: WatchDecoder | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield watch events ({"type", "object"}) until the server ends the stream; with `decoder`,
-        read as protobuf (client/protobuf.py), else as JSON."""
+        protobuf is asked for (client/protobuf.py) and JSON accepted, as client-go does: the
+        server answers JSON for a type it cannot encode as protobuf (a custom resource)."""
         host = self._transport.host_label
         waited = await self._limiter.wait()
         metrics.rate_limiter_duration_by("GET", host).observe(waited)
         server_timeout = float(params.get("timeoutSeconds") or 0)
         read_timeout = server_timeout + WATCH_READ_MARGIN if server_timeout else None
         timeout = Timeout(connect=WATCH_CONNECT_TIMEOUT, read=read_timeout)
-        accept = WATCH_ACCEPT if decoder is not None else JSON
+        accept = f"{WATCH_ACCEPT}, {JSON}" if decoder is not None else JSON
         try:
             resp = await self._transport.pool().stream(
                 "GET", _target(path, {**params, "watch": "true"}), self._headers(accept, None), timeout
@@ -176,6 +177,8 @@ class RestClient:
                 if resp.status >= 300:
                     body = await resp.read()
                     raise error_from_status(resp.status, decode_status(body) if body[:4] == MAGIC else _decode(body))
+                if not resp.headers.get("content-type", "").startswith(PROTOBUF):
+                    decoder = None
                 buffer = b""
                 # A chunk often holds many events, and an event (a big CRD) may span many chunks:
                 # walk each chunk by offset, keep only the unfinished tail.

@@ -29,13 +29,13 @@ requests/s.
 what each request costs the apiserver decides the times. `--kcm-content-type json` runs KCM on
 JSON as pykcm is (its --kube-api-content-type; protobuf by default) and `--kcm-http1` on HTTP/1.1
 as pykcm is (client-go's DISABLE_HTTP2), to tell the wire's share of the apiserver's CPU from
-the rest. `--pykcm-content-type protobuf` has pykcm read its pods watch as protobuf (its
---kube-api-content-type; JSON by default). `--controllers-share-cpus` pins each controller
+the rest. `--pykcm-content-type json` has pykcm read its pods watch as JSON too (its
+--kube-api-content-type; by default protobuf, for the pods watch only). `--controllers-share-cpus` pins each controller
 manager to the apiserver's CPUs too: a small control-plane node, where a controller's own CPU is
 taken from the apiserver and etcd.
 Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10 --concurrent-syncs 5
      --apiserver-cpus N --controllers-share-cpus --kcm-content-type protobuf|json --kcm-http1
-     --pykcm-content-type json|protobuf --pykcm-checkout DIR]
+     --pykcm-content-type protobuf|json --pykcm-checkout DIR]
 """
 
 from __future__ import annotations
@@ -58,7 +58,18 @@ from pykcm.client.resources import EVENTS, PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import APISERVER, ETCD, ControlPlane
-from tests.bench.common import REPO, Figure, bounded, cpu_seconds, peak_rss_mib, pin_to_cpus, pykcm_env, side_by_side
+from tests.bench.common import (
+    REPO,
+    Figure,
+    add_pinning_arguments,
+    bounded,
+    check_pinning_arguments,
+    cpu_seconds,
+    peak_rss_mib,
+    pin_to_cpus,
+    pykcm_env,
+    side_by_side,
+)
 from tests.support import PAUSE_IMAGE, PykcmProcess, admin_client, create_namespace, replicaset_manifest
 
 KCM_ARGS = ("--use-service-account-credentials=true",)
@@ -211,10 +222,11 @@ async def bench_kcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, 
 
 
 async def bench_pykcm(plane: ControlPlane, api: RestClient, qps: int, burst: int, count: int, replicas: int,
-                      workers: int, log_dir: Path, checkout: Path, cpus: int = 0, content_type: str = "json") -> Result:
+                      workers: int, log_dir: Path, checkout: Path, cpus: int = 0,
+                      content_type: str = "protobuf") -> Result:
     ns = await create_namespace(api, "bench-pykcm")
-    # Only when asked: a checkout from before the flag (--pykcm-checkout) speaks JSON and knows no such flag.
-    wire = ("--kube-api-content-type", KCM_CONTENT_TYPES[content_type]) if content_type != "json" else ()
+    # A checkout from before the flag (--pykcm-checkout) speaks JSON and knows no such flag.
+    wire = ("--kube-api-content-type", KCM_CONTENT_TYPES[content_type]) if knows_content_type(checkout) else ()
     proc = PykcmProcess(
         "--kubeconfig", str(plane.kubeconfig), "--controllers", "replicaset", "--use-service-account-credentials",
         "--kube-api-qps", str(qps), "--kube-api-burst", str(burst), "--concurrent-replicaset-syncs", str(workers),
@@ -227,6 +239,11 @@ async def bench_pykcm(plane: ControlPlane, api: RestClient, qps: int, burst: int
         proc.signal()
         await proc.wait(60)
         await cleanup(api, ns)
+
+
+def knows_content_type(checkout: Path) -> bool:
+    """Whether pykcm in `checkout` has --kube-api-content-type (earlier commits read JSON only)."""
+    return "kube_api_content_type" in (checkout / "pykcm" / "app" / "options.py").read_text()
 
 
 @dataclass
@@ -326,24 +343,21 @@ def main() -> None:
     parser.add_argument("--limits", default="20/30,1000/1000", help="qps/burst pairs, comma separated")
     parser.add_argument("--concurrent-syncs", type=int, default=5,
                         help="--concurrent-replicaset-syncs of both sides (5: KCM's default)")
-    parser.add_argument("--apiserver-cpus", type=int, default=0,
-                        help="pin the apiserver and etcd to this many CPUs (0: not pinned)")
-    parser.add_argument("--controllers-share-cpus", action="store_true",
-                        help="pin each controller manager to the apiserver's CPUs too (needs --apiserver-cpus)")
+    add_pinning_arguments(parser)
     parser.add_argument("--kcm-content-type", choices=sorted(KCM_CONTENT_TYPES), default="protobuf",
                         help="KCM's --kube-api-content-type")
     parser.add_argument("--kcm-http1", action="store_true",
                         help="KCM on HTTP/1.1, as pykcm (client-go's DISABLE_HTTP2)")
-    parser.add_argument("--pykcm-content-type", choices=sorted(KCM_CONTENT_TYPES), default="json",
+    parser.add_argument("--pykcm-content-type", choices=sorted(KCM_CONTENT_TYPES), default="protobuf",
                         help="pykcm's --kube-api-content-type (protobuf: its pods watch)")
     parser.add_argument("--pykcm-checkout", type=Path, default=REPO,
                         help="the checkout pykcm runs from (e.g. `git worktree add` of an earlier commit)")
     args = parser.parse_args()
-    cpus = len(os.sched_getaffinity(0))
-    if not 0 <= args.apiserver_cpus < cpus:
-        parser.error(f"--apiserver-cpus {args.apiserver_cpus}: this machine has {cpus} CPUs; leave one to the rest")
-    if args.controllers_share_cpus and not args.apiserver_cpus:
-        parser.error("--controllers-share-cpus needs --apiserver-cpus N: the CPUs to share")
+    check_pinning_arguments(parser, args)
+    if not (args.pykcm_checkout / "pykcm" / "app" / "options.py").is_file():
+        parser.error(f"--pykcm-checkout {args.pykcm_checkout}: no pykcm checkout there")
+    if args.pykcm_content_type != "json" and not knows_content_type(args.pykcm_checkout):
+        parser.error(f"pykcm in {args.pykcm_checkout} reads JSON only: add --pykcm-content-type json")
     asyncio.run(main_async(args))
 
 

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from pykcm.client.errors import ApiError
-from pykcm.client.protobuf import PROTOBUF, WatchDecoder
+from pykcm.client.protobuf import PROTOBUF, Projected, WatchDecoder
 from pykcm.client.resources import PODS, REPLICASETS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.controllers.replicaset.controller import CONTROLLER_POD_FIELDS
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.informers.projection import project
 from pykcm.util.apitime import format_time
-from tests.support import admin_client, create_namespace, replicaset_manifest, running_manager, wait_for
+from tests.support import admin_client, create_namespace, ensure_crd, replicaset_manifest, running_manager, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -98,6 +98,7 @@ async def test_protobuf_watch_gives_the_projection_of_the_json_watch(control_pla
             )
             assert [e["type"] for e in as_protobuf] == [e["type"] for e in as_json]
             assert [e["type"] for e in as_json] == ["ADDED", "ADDED", *["MODIFIED"] * 3, "DELETED"]
+            assert all(type(e["object"]) is Projected for e in as_protobuf)  # read as protobuf indeed
             for j, p in zip(as_json, as_protobuf, strict=True):
                 assert p["object"] == project(j["object"], projection)
         deleting = project(as_json[3]["object"], WIDE)
@@ -116,6 +117,45 @@ async def test_protobuf_watch_errors_decode(control_plane):
             async for _ in client.watch(PODS.path(), {"resourceVersionMatch": "Bogus"}, decoder=decoder):
                 pass
         assert raised.value.code == 422 and 'Unsupported value: "Bogus"' in raised.value.message
+    finally:
+        await client.close()
+
+
+async def test_an_error_inside_the_protobuf_stream_decodes_as_the_json_one(control_plane):
+    """A watch from a version the watch cache does not hold is answered 200, then an ERROR event
+    with a 410 Status inside the stream: from protobuf it reads as from JSON. A restarted
+    apiserver's cache starts at the current version, so version 1 is too old for it."""
+    client = admin_client(control_plane.kubeconfig)
+    ns = await create_namespace(client, "pberr")
+    await asyncio.to_thread(control_plane.stop_apiserver)
+    await asyncio.to_thread(control_plane.start_apiserver)
+    try:
+        as_json, as_protobuf = await asyncio.gather(
+            collect(client, ns, "1", None), collect(client, ns, "1", WatchDecoder(CONTROLLER_POD_FIELDS))
+        )
+        assert [e["type"] for e in as_protobuf] == [e["type"] for e in as_json] == ["ERROR"]
+        status = as_json[0]["object"]
+        assert status["code"] == 410 and status["reason"] == "Expired", status
+        assert as_protobuf[0]["object"] == {k: v for k, v in status.items() if k != "metadata"}
+    finally:
+        await client.close()
+
+
+async def test_a_watch_the_server_cannot_encode_as_protobuf_is_read_as_json(control_plane):
+    """Protobuf is asked for with JSON as the fallback, as client-go's Accept has it: a type the
+    apiserver cannot encode as protobuf (a custom resource) comes back as JSON and is read so."""
+    client = admin_client(control_plane.kubeconfig)
+    ns = await create_namespace(client, "pbcr")
+    try:
+        widgets = await ensure_crd(client, "pb.pykcm.test", "Widget", "widgets")
+        rv = (await client.list(widgets, ns))["metadata"]["resourceVersion"]
+        await client.create(widgets, {"apiVersion": "pb.pykcm.test/v1", "kind": "Widget",
+                                      "metadata": {"name": "w"}, "size": 3}, namespace=ns)
+        params = {"resourceVersion": rv, "timeoutSeconds": 2}
+        events = [e async for e in client.watch(widgets.path(ns), params, decoder=WatchDecoder(NARROW))]
+        seen = [(e["type"], e["object"]["metadata"]["name"], e["object"]["size"]) for e in events]
+        assert seen == [("ADDED", "w", 3)]
+        assert type(events[0]["object"]) is dict  # JSON, whole: the informer projects it as usual
     finally:
         await client.close()
 

@@ -63,8 +63,8 @@ async def test_protobuf_frames_are_split_whatever_the_chunks() -> None:
     split = pod_frame("split")
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        assert request.headers["Accept"] == WATCH_ACCEPT
-        resp = web.StreamResponse()
+        assert request.headers["Accept"] == f"{WATCH_ACCEPT}, application/json"  # JSON if it must, as client-go
+        resp = web.StreamResponse(headers={"Content-Type": WATCH_ACCEPT})
         await resp.prepare(request)
         for piece in (many, split[:2], split[2:9]):  # inside the length, then inside the event
             await resp.write(piece)
