@@ -29,7 +29,8 @@ as its own ServiceAccount. Figures, from the controller manager's start:
    `pykcm_event_loop_lag_seconds`, max from `pykcm_event_loop_lag_max_seconds`).
 
     python tests/bench/bench_scale.py [--pods 50000 --pods-per-rs 100 --namespaces 10
-                                       --qps 500 --nodes 5000 --scale-up 2000 --kwok]
+                                       --qps 500 --nodes 5000 --scale-up 2000 --kwok
+                                       --pykcm-content-type protobuf|json]
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from pykcm.client.resources import PODS, REPLICASETS
 from pykcm.client.rest import RestClient
 from pykcm.testenv.build import KUBERNETES_VERSION
 from pykcm.testenv.controlplane import ControlPlane
+from tests.bench.bench_replicaset import KCM_CONTENT_TYPES
 from tests.bench.common import (
     Figure,
     bounded,
@@ -93,6 +95,7 @@ class Work:
     scale_up: int
     kwok: bool
     relist_settle: float
+    pykcm_content_type: str = "protobuf"  # pykcm's --kube-api-content-type (protobuf: its pods watch)
 
     @property
     def replica_sets(self) -> int:
@@ -311,6 +314,7 @@ async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Work) -> Resul
     if pykcm_side:
         proc = PykcmProcess("--kubeconfig", str(plane.kubeconfig), "--use-service-account-credentials",
                             f"--controllers={CONTROLLERS}", *limits, f"--secure-port={port}",
+                            f"--kube-api-content-type={KCM_CONTENT_TYPES[work.pykcm_content_type]}",
                             log_path=plane.logs_dir / "pykcm.log", env=pykcm_env())
         pid, synced = proc.pid, log_lines_seen(plane.logs_dir / "pykcm.log", ("All controllers started",))
         lease = "pykcm"
@@ -405,9 +409,11 @@ def main() -> None:
     parser.add_argument("--scale-up", type=int, default=2000)
     parser.add_argument("--relist-settle", type=float, default=20.0)
     parser.add_argument("--only", choices=("kcm", "pykcm"), help="run one side only")
+    parser.add_argument("--pykcm-content-type", choices=sorted(KCM_CONTENT_TYPES), default="protobuf",
+                        help="pykcm's --kube-api-content-type (protobuf: its pods watch, the initial state included)")
     args = parser.parse_args()
     work = Work(args.pods, args.pods_per_rs, args.namespaces, args.nodes, args.qps, args.scale_up, args.kwok,
-                args.relist_settle)
+                args.relist_settle, args.pykcm_content_type)
     root = Path(tempfile.mkdtemp(prefix="pykcm-bench-scale-"))
     kcm = run_side(root, False, work) if args.only != "pykcm" else Result()
     ours = run_side(root, True, work) if args.only != "kcm" else Result()
@@ -416,7 +422,8 @@ def main() -> None:
     print()
     print(f"Scale benchmark: {work.replica_sets * work.pods_per_rs} pods in {work.replica_sets} ReplicaSets over "
           f"{work.namespaces} namespaces, bound to {nodes}, kube-apiserver {KUBERNETES_VERSION}; KCM and pykcm each "
-          "run the ReplicaSet, Namespace and ServiceAccount controllers on a fresh control plane")
+          "run the ReplicaSet, Namespace and ServiceAccount controllers on a fresh control plane; pykcm's pods "
+          f"watch on {work.pykcm_content_type}")
     print("\n".join(side_by_side([(f"qps/burst {work.qps}", figures(kcm, ours, work), kcm.notes + ours.notes)],
                                  figure_width=38)))
     print(f"clusters' logs: {root}")
