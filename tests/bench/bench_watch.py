@@ -77,8 +77,7 @@ CREATE_CONCURRENCY = 50
 # Serving a watch: its handler, and for HTTP/2 the connection's goroutines (separate from it).
 WATCH_SERVING = ("k8s.io/apiserver/pkg/endpoints/handlers.(*WatchServer).HandleHTTP",
                  "golang.org/x/net/http2.(*serverConn).serve", "golang.org/x/net/http2.(*serverConn).writeFrameAsync")
-PPROF_CUM = re.compile(r"^\s*\S+\s+\S+\s+\S+\s+([0-9.]+)(ms|s)\s")
-
+PPROF_CUM = re.compile(r"^\s*\S+\s+\S+\s+\S+\s+([0-9.]+)(ms|s)\s")  # the cum column of `pprof -top`
 
 
 @dataclass(frozen=True)
@@ -190,12 +189,12 @@ async def run_phase(plane: ControlPlane, api: RestClient, ns: str, names: list[s
         watcher = asyncio.create_task(observe(api, seen))
         await asyncio.sleep(1.0)  # the watcher's list and watch are not the phase's
         seen[0] = 0
-        ours_before, theirs_before = cpu_seconds(apiserver), cpu_seconds(pid) if pid else 0.0
+        apiserver_before, manager_before = cpu_seconds(apiserver), cpu_seconds(pid) if pid else 0.0
         profile = asyncio.create_task(
             asyncio.to_thread(watch_serving_seconds, plane, round(args.duration), plane.logs_dir))
         patched = await kubelets(api, ns, names, args.rate, args.duration)
-        apiserver_cpu = cpu_seconds(apiserver) - ours_before
-        own_cpu = cpu_seconds(pid) - theirs_before if pid else float("nan")
+        apiserver_cpu = cpu_seconds(apiserver) - apiserver_before
+        own_cpu = cpu_seconds(pid) - manager_before if pid else float("nan")
         watching = await profile
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
