@@ -204,6 +204,7 @@ def test_image_recipe_installs_the_wheel_and_runs_from_it_alone(tmp_path):
 
 SCENARIO_FILES = (
     "tests/integration/test_replicaset.py",
+    "tests/integration/test_replicaset_status.py",
     "tests/integration/test_namespace.py",
     "tests/integration/test_serviceaccount.py",
 )

@@ -23,7 +23,7 @@ import pytest
 
 from pykcm.client.resources import EVENTS, PODS, REPLICASETS, RESOURCEQUOTAS
 from pykcm.client.rest import MERGE_PATCH, RestClient
-from tests.integration.test_replicaset import (
+from tests.integration.replicaset_support import (
     clean_namespace,
     create_pod,
     create_rs,
