@@ -24,7 +24,7 @@ from xml.etree import ElementTree
 
 from .build import KUBERNETES_VERSION, LDFLAGS
 from .errors import BuildError
-from .gobuild import Log, cache_dir, find_go, format_duration, is_executable, locked, run_go
+from .gobuild import Log, built_once, cache_dir, find_go, format_duration, is_executable, run_go
 
 E2E_GOMOD_DIR = Path(__file__).parent / "gomod-e2e"
 E2E_PACKAGE = "k8s.io/kubernetes/test/e2e"
@@ -49,14 +49,7 @@ def e2e_cache_dir() -> Path:
 
 def ensure_e2e_test(log: Log = print) -> Path:
     """The path of `e2e.test`, building it on first use (about 10 minutes on 2 cores)."""
-    target = e2e_cache_dir()
-    binary = target / E2E_BINARY
-    if is_executable(binary):
-        return binary
-    with locked(target.with_name(target.name + ".lock")):
-        if not is_executable(binary):  # another process may have built it while we waited
-            _build(target, log)
-    return binary
+    return built_once(e2e_cache_dir() / E2E_BINARY, lambda directory: _build(directory, log))
 
 
 def _build(target: Path, log: Log) -> None:

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -78,6 +78,16 @@ def locked(path: Path) -> Iterator[None]:
 
 def is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
+
+
+def built_once(binary: Path, build: Callable[[Path], None]) -> Path:
+    """`binary`, made by `build(binary.parent)` where it is missing; concurrent runs build it once."""
+    target = binary.parent
+    if not is_executable(binary):
+        with locked(target.with_name(target.name + ".lock")):
+            if not is_executable(binary):  # another process may have built it while we waited
+                build(target)
+    return binary
 
 
 def run_go(
@@ -147,12 +157,9 @@ def ensure_go_install(
     cache directory is named by that module's content, so editing a pin rebuilds.
     """
     binary = go_install_path(package, version, tags=tags, module_dir=module_dir)
-    target, name = binary.parent, binary.name
-    if is_executable(target / name):
-        return target / name
-    with locked(target.with_name(target.name + ".lock")):
-        if is_executable(target / name):
-            return target / name
+    name = binary.name
+
+    def build(target: Path) -> None:
         go = find_go()
         log_path = target.with_name(target.name + ".build.log")
         log(f"building {name} {version} from its Go module (one-time, a few minutes); log: {log_path}")
@@ -173,4 +180,5 @@ def ensure_go_install(
                 raise BuildError(f"building {package}@{version} produced no {name}; see {log_path}")
             os.replace(out, target)
         log(f"built {name} {version} in {format_duration(time.monotonic() - started)} -> {target / name}")
-    return target / name
+
+    return built_once(binary, build)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .e2e import E2E_GOMOD_DIR, e2e_source_hash
 from .errors import BuildError
-from .gobuild import Log, cache_dir, find_go, format_duration, is_executable, locked, run_go
+from .gobuild import Log, built_once, cache_dir, find_go, format_duration, is_executable, run_go
 from .images import busybox_layer, layer_tar, write_docker_archive
 
 AGNHOST_PACKAGE = "k8s.io/kubernetes/test/images/agnhost"
@@ -35,13 +35,7 @@ def ensure_agnhost(log: Log = print) -> Path:
     """The path of a static agnhost, building it on first use (seconds once e2e.test is built:
     its packages are e2e.test's)."""
     target = cache_dir() / "images" / f"agnhost-{AGNHOST_VERSION}-{e2e_source_hash()}-static-cgo"
-    binary = target / "agnhost"
-    if is_executable(binary):
-        return binary
-    with locked(target.with_name(target.name + ".lock")):
-        if not is_executable(binary):
-            _build_agnhost(target, log)
-    return binary
+    return built_once(target / "agnhost", lambda directory: _build_agnhost(directory, log))
 
 
 def _build_agnhost(target: Path, log: Log) -> None:
