@@ -148,10 +148,13 @@ def run_e2e(
     argv = e2e_argv(binary, kubeconfig, report_dir, focus=focus, skip=skip, timeout=timeout, kubectl=kubectl)
     log(f"running {E2E_BINARY} (at most {format_duration(timeout)}); log: {log_path}")
     started = time.monotonic()
-    with open(log_path, "w") as out:
+    # A TMPDIR of its own, removed afterwards: the suite leaves a directory there each time it starts
+    # (test/e2e/kubectl/kuberc.go makes one while building the spec tree and only os.Remove()s it).
+    with open(log_path, "w") as out, tempfile.TemporaryDirectory(prefix="e2e-tmp-") as tmp:
         out.write(" ".join(argv) + "\n")
         out.flush()
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=report_dir)
+        env = {**os.environ, "TMPDIR": tmp}
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=report_dir, env=env)
         exit_code = _wait(proc, started + timeout, log)
     seconds = time.monotonic() - started
     results = parse_junit(junit_path) if junit_path.exists() else {}

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from pykcm.testenv.build import GOMOD_DIR, KUBERNETES_VERSION
-from pykcm.testenv.e2e import E2E_GOMOD_DIR, e2e_argv, go_regex_escape, parse_junit
+from pykcm.testenv.e2e import E2E_GOMOD_DIR, e2e_argv, go_regex_escape, parse_junit, run_e2e
 from tests.e2e.upstream import GROUPS, NOT_RUN, ON_REAL_NODE, RUN, TOKEN_ROTATION, exactly, focus_regex, skip_regex
 
 README = Path(__file__).parents[2] / "README.md"
@@ -62,6 +62,19 @@ def test_the_command_line_stays_on_the_cluster(tmp_path: Path) -> None:
     assert "--provider=skeleton" in argv and "--prepull-images=false" in argv and "--disable-log-dump" in argv
     assert not any(arg.startswith("--progress-report-url") for arg in argv)
     assert "--ginkgo.timeout=540s" in argv  # a minute before the hard limit, so Ginkgo still writes its report
+
+
+def test_the_suite_gets_a_temporary_directory_of_its_own_removed_after_it(tmp_path: Path) -> None:
+    """The suite leaves a directory in TMPDIR each time it starts (upstream's kuberc test); a run
+    must not leave it in the machine's /tmp."""
+    fake = tmp_path / "e2e.test"
+    fake.write_text('#!/bin/sh\nmkdir "$TMPDIR/test-kuberc1" && echo "$TMPDIR" > seen-tmpdir\n')
+    fake.chmod(0o755)
+    report = tmp_path / "report"
+    run = run_e2e(fake, tmp_path / "kubeconfig", report, focus="f", skip="s", timeout=60, log=lambda _: None)
+    assert run.exit_code == 0
+    seen = Path((report / "seen-tmpdir").read_text().strip())
+    assert seen.name.startswith("e2e-tmp-") and not seen.exists()
 
 
 def test_junit_report_gives_each_spec_its_status_time_and_first_message_line(tmp_path: Path) -> None:
