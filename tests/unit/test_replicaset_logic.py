@@ -1,5 +1,5 @@
-"""Pure logic behind the ReplicaSet controller: selectors, expectations, controller refs,
-slow-start batches, the deletion ranking, status and pods from templates."""
+"""Pure logic behind the ReplicaSet controller: slow-start batches, the deletion ranking,
+availability and status (the shared controller helpers are in test_controller_helpers.py)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,11 @@ import asyncio
 
 import pytest
 
-from pykcm.client.resources import PODS, REPLICASETS
-from pykcm.controller.consistency import ConsistencyStore, StaleCacheError
-from pykcm.controller.controllerref import adopt_patch, get_controller_of, pod_controller_index, release_patch
-from pykcm.controller.expectations import EXPECTATIONS_TIMEOUT, ControllerExpectations
-from pykcm.controller.podcontrol import pod_from_template, pod_name_prefix
 from pykcm.controller.podutil import (
     deletion_cost,
     is_pod_available,
     min_next_availability_check,
     sort_for_deletion,
-)
-from pykcm.controller.selectors import (
-    EVERYTHING,
-    NOTHING,
-    SelectorError,
-    selector_from_label_selector,
-    selector_from_set,
 )
 from pykcm.controllers.replicaset.scaling import (
     pods_to_delete,
@@ -73,150 +61,6 @@ def pod(
             "containerStatuses": [{"name": "c", "restartCount": restarts}],
         },
     }
-
-
-# -- selectors --------------------------------------------------------------------------------------
-
-
-def test_selector_match_labels_and_expressions() -> None:
-    sel = selector_from_label_selector(
-        {
-            "matchLabels": {"app": "web"},
-            "matchExpressions": [
-                {"key": "tier", "operator": "In", "values": ["a", "b"]},
-                {"key": "env", "operator": "NotIn", "values": ["prod"]},
-                {"key": "team", "operator": "Exists"},
-                {"key": "legacy", "operator": "DoesNotExist"},
-            ],
-        }
-    )
-    assert sel.matches({"app": "web", "tier": "a", "team": "x"})
-    assert sel.matches({"app": "web", "tier": "b", "team": "x", "env": "dev"})
-    assert not sel.matches({"app": "web", "tier": "c", "team": "x"})
-    assert not sel.matches({"app": "web", "tier": "a", "team": "x", "env": "prod"})
-    assert not sel.matches({"app": "web", "tier": "a"})
-    assert not sel.matches({"app": "web", "tier": "a", "team": "x", "legacy": ""})
-    assert not sel.matches(None)
-
-
-def test_selector_nil_matches_nothing_and_empty_matches_everything() -> None:
-    assert selector_from_label_selector(None) is NOTHING
-    assert not NOTHING.matches({"a": "b"}) and not NOTHING.empty()
-    assert selector_from_label_selector({}) is EVERYTHING
-    assert EVERYTHING.matches({}) and EVERYTHING.empty()
-    assert selector_from_set({"a": "b"}).matches({"a": "b", "c": "d"})
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]},
-        {"matchExpressions": [{"key": "a", "operator": "In", "values": []}]},
-        {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]},
-        {"matchLabels": {"bad key!": "x"}},
-        {"matchLabels": {"a": "not a valid value"}},
-        {"matchLabels": {"UPPER.example.com/a": "x"}},
-        {"matchLabels": {"a/b/c": "x"}},
-    ],
-)
-def test_selector_invalid_raises(bad: dict) -> None:
-    with pytest.raises(SelectorError):
-        selector_from_label_selector(bad)
-
-
-def test_selector_accepts_prefixed_keys() -> None:
-    assert selector_from_label_selector({"matchLabels": {"app.kubernetes.io/name": "web"}}).matches(
-        {"app.kubernetes.io/name": "web"}
-    )
-
-
-# -- expectations -----------------------------------------------------------------------------------
-
-
-def test_scenario_17_expectations_block_until_creations_observed_or_expired() -> None:
-    clock = [0.0]
-    exp = ControllerExpectations(clock=lambda: clock[0])
-    assert exp.satisfied("ns/web")  # no record
-    exp.expect_creations("ns/web", 3)
-    assert not exp.satisfied("ns/web")
-    exp.creation_observed("ns/web")
-    exp.creation_observed("ns/web")
-    assert not exp.satisfied("ns/web")
-    exp.creation_observed("ns/web")
-    assert exp.satisfied("ns/web")
-    # Lagging watch: nothing observed, but the record expires after 5 minutes.
-    exp.expect_creations("ns/web", 3)
-    clock[0] += EXPECTATIONS_TIMEOUT
-    assert not exp.satisfied("ns/web")
-    clock[0] += 0.001
-    assert exp.satisfied("ns/web")
-
-
-def test_scenario_18_deletion_counted_once_per_pod_key() -> None:
-    exp = ControllerExpectations()
-    exp.expect_deletions("ns/web", ["ns/a", "ns/b"])
-    assert not exp.satisfied("ns/web")
-    exp.deletion_observed("ns/web", "ns/a")  # update with deletionTimestamp
-    exp.deletion_observed("ns/web", "ns/a")  # the real delete: no double count
-    assert exp.get("ns/web").delete == 1
-    assert not exp.satisfied("ns/web")
-    exp.deletion_observed("ns/web", "ns/unrelated")
-    assert exp.get("ns/web").delete == 1
-    exp.deletion_observed("ns/web", "ns/b")
-    assert exp.satisfied("ns/web")
-
-
-def test_scenario_19_deleted_expectations_start_clean() -> None:
-    exp = ControllerExpectations()
-    exp.expect_creations("ns/web", 5)
-    exp.delete("ns/web")
-    assert exp.satisfied("ns/web")
-    assert exp.get("ns/web") is None
-
-
-def test_expectations_can_go_negative_and_replace_resets() -> None:
-    exp = ControllerExpectations()
-    exp.expect_creations("k", 1)
-    exp.creation_observed("k")
-    exp.creation_observed("k")
-    assert exp.get("k").add == -1 and exp.satisfied("k")
-    exp.expect_creations("k", 2)
-    assert exp.get("k").add == 2
-
-
-# -- controller refs --------------------------------------------------------------------------------
-
-
-def test_controller_ref_patches_match_kcm() -> None:
-    owner = {"metadata": {"name": "web", "uid": "rs-uid"}}
-    assert adopt_patch(owner, "apps/v1", "ReplicaSet", "pod-uid") == {
-        "metadata": {
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": "web",
-                    "uid": "rs-uid",
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-            "uid": "pod-uid",
-        }
-    }
-    assert release_patch("pod-uid", ["rs-uid"]) == {
-        "metadata": {"uid": "pod-uid", "ownerReferences": [{"$patch": "delete", "uid": "rs-uid"}]}
-    }
-
-
-def test_pod_controller_index_keys() -> None:
-    owned = {"metadata": {"namespace": "ns", "ownerReferences": [
-        {"kind": "Other", "name": "x", "uid": "1"},
-        {"kind": "ReplicaSet", "name": "web", "uid": "2", "controller": True},
-    ]}}
-    assert get_controller_of(owned)["uid"] == "2"
-    assert pod_controller_index(owned) == ["ns/ReplicaSet/web/2"]
-    assert pod_controller_index({"metadata": {"namespace": "ns"}}) == ["ns"]
 
 
 # -- slow start -------------------------------------------------------------------------------------
@@ -410,47 +254,3 @@ def test_scenario_20_21_status_unchanged_needs_observed_generation() -> None:
     assert not status_unchanged(rs(generation=2, status=steady), new)  # 21: spec changed
     assert not status_unchanged(rs(status=steady), {**new, "readyReplicas": 1})
     assert not status_unchanged(rs(status={**steady, "terminatingReplicas": None}), new)
-
-
-# -- pods from the template -------------------------------------------------------------------------
-
-
-def test_scenario_23_pod_from_template_copies_metadata() -> None:
-    template = {
-        "metadata": {"labels": {"app": "web"}, "annotations": {"a": "1"}, "finalizers": ["x/y"], "name": "ignored"},
-        "spec": {"containers": [{"name": "c", "image": "i"}]},
-    }
-    ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": True,
-           "blockOwnerDeletion": True}
-    p = pod_from_template(template, "web", ref)
-    assert p["metadata"] == {
-        "generateName": "web-",
-        "labels": {"app": "web"},
-        "annotations": {"a": "1"},
-        "finalizers": ["x/y"],
-        "ownerReferences": [ref],
-    }
-    assert p["spec"] == template["spec"] and p["spec"] is not template["spec"]
-    assert pod_name_prefix("x" * 253) == "x" * 253
-    assert pod_name_prefix("x" * 252) == "x" * 252 + "-"
-
-
-# -- stale cache ------------------------------------------------------------------------------------
-
-
-def test_consistency_store_waits_for_informers_to_see_our_writes() -> None:
-    cache_at = {REPLICASETS: "10", PODS: "12"}
-    store = ConsistencyStore({REPLICASETS: lambda: cache_at[REPLICASETS], PODS: lambda: cache_at[PODS]})
-    store.wrote_at("ns/web", "u1", REPLICASETS, "15")
-    store.wrote_at("ns/web", "u1", PODS, "11")
-    with pytest.raises(StaleCacheError, match=r"replicasets\.apps"):
-        store.ensure_ready("ns/web")
-    cache_at[REPLICASETS] = "15"
-    store.ensure_ready("ns/web")
-    assert len(store) == 0  # caught up: record dropped
-    store.wrote_at("ns/web", "u1", REPLICASETS, "99")
-    store.clear("ns/web", "other-uid")
-    assert len(store) == 1
-    store.clear("ns/web", "u1")
-    assert len(store) == 0
-
