@@ -11,6 +11,7 @@ import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
 
 from pykcm.client.fence import WriteFence
 from pykcm.client.kubeconfig import (
@@ -18,6 +19,8 @@ from pykcm.client.kubeconfig import (
     Credentials,
     default_kubeconfig_path,
     in_cluster,
+    kubeconfig_paths,
+    kubeconfig_problem,
     simple_kubeconfig,
 )
 from pykcm.util.log import get_logger
@@ -79,9 +82,11 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         creds.host = master
     if not creds.host:
         raise ConfigError("no API server address: give --kubeconfig or --master")
-    https = creds.host.startswith("https")
+    tls = bool(creds.ca_file or creds.cert_file or not creds.verify_tls)
+    host = server_url(creds.host, tls)
+    https = host.startswith("https")
     return ClientConfig(
-        host=creds.host.rstrip("/"),
+        host=host,
         ssl_context=tls_context(creds.ca_file, creds.verify_tls, creds.cert_file, creds.key_file) if https else None,
         token_source=creds.token_source,
         ca_file=creds.ca_file,
@@ -89,6 +94,21 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         cert_file=creds.cert_file if https else None,
         key_file=creds.key_file if https else None,
     )
+
+
+def server_url(host: str, tls: bool) -> str:
+    """client-go's DefaultServerURL: `host` as a URL, a bare host:port getting the scheme its TLS
+    settings imply; anything else is the one-line error client-go gives, at start-up."""
+    try:
+        parts = urlsplit(host if "://" in host else ("https://" if tls else "http://") + host)
+        parts.port  # noqa: B018  # raises ValueError for a port that is no number or out of range
+    except ValueError:
+        raise ConfigError(f"host must be a URL or a host:port pair: {host!r}") from None
+    if not parts.hostname:
+        raise ConfigError(f"host must be a URL or a host:port pair: {host!r}")
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"unsupported protocol scheme {parts.scheme!r} in the API server address {host!r}")
+    return parts.geturl().rstrip("/")
 
 
 def _package_credentials(kubeconfig: str | None, context: str | None, in_cluster: bool = False) -> Credentials:
@@ -103,6 +123,10 @@ def _package_credentials(kubeconfig: str | None, context: str | None, in_cluster
         else:
             k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     except Exception as exc:  # the package raises several unrelated types; the user needs one line
+        paths = [] if in_cluster else [kubeconfig] if kubeconfig else kubeconfig_paths()
+        for path in filter(os.path.exists, paths):
+            if problem := kubeconfig_problem(path):
+                raise ConfigError(f"error loading config file {path!r}: {problem}") from None
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise ConfigError(f"invalid configuration: {detail}") from None
     return Credentials(

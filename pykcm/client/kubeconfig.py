@@ -6,7 +6,7 @@ holds nothing but a server, TLS files or data and a token, or in a pod with its 
 account. Those are read here. Everything else (exec and auth-provider plugins, basic auth,
 proxies, impersonation, a KUBECONFIG list to merge, and any file this reader does not fully
 understand) returns None, and the caller asks the package, whose messages then explain what is
-wrong.
+wrong; for a file that is no kubeconfig at all `kubeconfig_problem` says why instead.
 """
 
 from __future__ import annotations
@@ -92,10 +92,48 @@ def simple_kubeconfig(path: str, context: str | None = None) -> Credentials | No
         return None
 
 
+def kubeconfig_problem(path: str) -> str | None:
+    """Why the file at `path` cannot be a kubeconfig at all, in one line, or None.
+
+    These are the files client-go refuses with "error loading config file" (unreadable, not
+    YAML, not a mapping, sections of the wrong type); the package fails on them with Python's
+    own messages ("'str' object does not support item assignment"), which tell the user nothing.
+    """
+    try:
+        with open(path, "rb") as f:
+            doc = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    except yaml.YAMLError as exc:
+        return "not YAML: " + " ".join(str(exc).split())
+    if doc is None:
+        return None  # empty: the package says so
+    if not isinstance(doc, dict):
+        kind = {"list": "list", "str": "string", "bool": "boolean"}.get(type(doc).__name__, "number")
+        return f"not a kubeconfig: the file holds a YAML {kind}, not a mapping"
+    for kind in ("cluster", "context", "user"):
+        entries = doc.get(f"{kind}s")
+        if entries is None:
+            continue
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return f"'{kind}s' must be a list of mappings"
+        if any(not isinstance(e.get(kind, {}), dict) for e in entries):
+            return f"each '{kind}s' entry's '{kind}' must be a mapping"
+    if not isinstance(doc.get("current-context", ""), str):
+        return "'current-context' must be a string"
+    return None
+
+
+def kubeconfig_paths() -> list[str]:
+    """The files of $KUBECONFIG (a list to merge), else ~/.kube/config."""
+    value = os.environ.get("KUBECONFIG") or "~/.kube/config"
+    return [os.path.expanduser(path) for path in value.split(os.pathsep) if path]
+
+
 def default_kubeconfig_path() -> str | None:
     """$KUBECONFIG when it names one file, else ~/.kube/config; None for a list to merge."""
-    value = os.environ.get("KUBECONFIG") or "~/.kube/config"
-    return None if os.pathsep in value else os.path.expanduser(value)
+    paths = kubeconfig_paths()
+    return paths[0] if len(paths) == 1 else None
 
 
 def _named(doc: dict[str, Any], kind: str, name: Any) -> dict[str, Any] | None:

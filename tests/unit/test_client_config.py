@@ -1,9 +1,11 @@
 """Credentials from kubeconfig files, as the `kubernetes` package loads them."""
 
+import re
+
 import pytest
 import yaml
 
-from pykcm.client.config import ConfigError, bearer_token_config, load_config
+from pykcm.client.config import ConfigError, bearer_token_config, load_config, server_url
 
 
 def write_kubeconfig(tmp_path, user: dict, server: str = "https://127.0.0.1:6443") -> str:
@@ -44,3 +46,66 @@ def test_broken_kubeconfig_is_one_line_config_error(tmp_path, content):
     with pytest.raises(ConfigError) as err:
         load_config(str(path))
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("- a\n- b\n", "the file holds a YAML list, not a mapping"),
+        ("root:x:0:0:root:/root:/bin/bash\n", "the file holds a YAML string, not a mapping"),
+        ("clusters: 5\n", "'clusters' must be a list of mappings"),
+        ("users: [{name: u, user: token}]\n", "each 'users' entry's 'user' must be a mapping"),
+        ("current-context: [a]\n", "'current-context' must be a string"),
+        (b"\x7fELF\x02\x01", "not YAML: unacceptable character"),
+    ],
+)
+def test_a_file_that_is_no_kubeconfig_is_named_with_what_is_wrong(tmp_path, content, problem):
+    # The package fails on these with Python's own words ("'str' object does not support item
+    # assignment"); KCM says "error loading config file" and why.
+    path = tmp_path / "kubeconfig"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    message = str(err.value)
+    assert message.startswith(f"error loading config file {str(path)!r}: ") and problem in message
+    assert "\n" not in message
+
+
+def test_a_directory_as_kubeconfig_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"error loading config file .*: Is a directory$"):
+        load_config(str(tmp_path))
+
+
+def test_a_broken_file_in_a_kubeconfig_list_is_named(tmp_path, monkeypatch):
+    good = write_kubeconfig(tmp_path, {"token": "t"})
+    broken = tmp_path / "broken"
+    broken.write_text("- a\n")
+    monkeypatch.setenv("KUBECONFIG", f"{good}:{broken}")
+    with pytest.raises(ConfigError, match=rf"error loading config file '{broken}': not a kubeconfig"):
+        load_config()
+
+
+@pytest.mark.parametrize(
+    ("server", "tls", "url"),
+    [
+        ("https://127.0.0.1:6443/", False, "https://127.0.0.1:6443"),
+        ("http://proxy/prefix/", False, "http://proxy/prefix"),
+        ("127.0.0.1:8080", False, "http://127.0.0.1:8080"),  # a bare host:port: the scheme TLS implies
+        ("[::1]:6443", True, "https://[::1]:6443"),
+    ],
+)
+def test_server_address_as_client_go_reads_it(server, tls, url):
+    assert server_url(server, tls) == url
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        ("https://[::1", "host must be a URL or a host:port pair: 'https://[::1'"),
+        ("https://a:99999", "host must be a URL or a host:port pair"),
+        ("ftp://x", "unsupported protocol scheme 'ftp'"),
+    ],
+)
+def test_a_bad_server_address_is_one_line_at_start(tmp_path, server, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(write_kubeconfig(tmp_path, {"token": "t"}, server=server))
