@@ -24,6 +24,7 @@ from pykcm.client.kubeconfig import (
     simple_kubeconfig,
 )
 from pykcm.util.log import get_logger
+from pykcm.util.pem import read_pem_pair_problem, ssl_reason
 
 log = get_logger("client-config")
 
@@ -162,11 +163,15 @@ def tls_context(
 ) -> ssl.SSLContext:
     try:
         ctx = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
-        if not verify:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        if cert_file:
+    except OSError as exc:  # ssl.SSLError is one
+        raise ConfigError(f"invalid TLS configuration: certificate authority: {ssl_reason(exc)}") from None
+    if not verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cert_file:
+        try:
             ctx.load_cert_chain(cert_file, key_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"invalid TLS configuration: {exc}") from None
+        except OSError as exc:
+            problem = read_pem_pair_problem(cert_file, key_file or cert_file) or ssl_reason(exc)
+            raise ConfigError(f"invalid TLS configuration: client certificate: {problem}") from None
     return ctx

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.serving.certs import ServingError, load_in_memory_pair, self_signed_certificate
 from pykcm.util.log import get_logger
+from pykcm.util.pem import pem_pair_problem, ssl_reason
 
 FILE_CHECK = 1.0  # seconds between stats of the serving files
 FILE_REFRESH = 60.0  # the files are re-read at least this often (Go's FileRefreshDuration)
@@ -42,8 +43,9 @@ class DynamicServingTLS:
             self._client_ca = client_ca
             self._current = self._build(self._pair, client_ca)
             self.context = self._listening_context()
-        except (OSError, ssl.SSLError, ValueError) as err:
-            raise ServingError(f"invalid serving certificate: {err}") from None
+        except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+            reason = ssl_reason(err) if isinstance(err, OSError) else str(err)
+            raise ServingError(f"invalid serving certificate: {reason}") from None
         self._stat = self._file_stat()
 
     # -- content --------------------------------------------------------------------------------------
@@ -117,6 +119,8 @@ class DynamicServingTLS:
             pair = cert.read(), key.read()
         if not pair[0] or not pair[1]:
             raise ValueError(f"missing content for serving cert {self.cert_file}::{self.key_file}")
+        if problem := pem_pair_problem(*pair, self.cert_file, self.key_file):
+            raise ValueError(problem)
         return pair
 
     def _file_stat(self) -> tuple[tuple[int, int, int], ...]:

@@ -5,7 +5,7 @@ import re
 import pytest
 import yaml
 
-from pykcm.client.config import ConfigError, bearer_token_config, load_config, server_url
+from pykcm.client.config import ConfigError, bearer_token_config, load_config, server_url, tls_context
 
 
 def write_kubeconfig(tmp_path, user: dict, server: str = "https://127.0.0.1:6443") -> str:
@@ -109,3 +109,15 @@ def test_server_address_as_client_go_reads_it(server, tls, url):
 def test_a_bad_server_address_is_one_line_at_start(tmp_path, server, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(write_kubeconfig(tmp_path, {"token": "t"}, server=server))
+
+
+def test_tls_files_that_are_not_pem_are_named(tmp_path):
+    not_pem = tmp_path / "hostname"
+    not_pem.write_text("my-host\n")
+    user = {"client-certificate": str(not_pem), "client-key": str(not_pem)}
+    client_certificate = rf"^invalid TLS configuration: client certificate: no PEM certificate in {not_pem}$"
+    with pytest.raises(ConfigError, match=client_certificate):
+        load_config(write_kubeconfig(tmp_path, user))
+    authority = r"^invalid TLS configuration: certificate authority: .*no certificate or crl found$"
+    with pytest.raises(ConfigError, match=authority):
+        tls_context(str(not_pem))

@@ -119,6 +119,16 @@ def test_unreadable_files_at_start_are_a_serving_error(tmp_path: Path) -> None:
         DynamicServingTLS(str(tmp_path / "nope.crt"), str(tmp_path / "nope.key"), "127.0.0.1", None)
 
 
+@pytest.mark.parametrize(("broken", "message"), [(0, "no PEM certificate in "), (1, "no PEM private key in ")])
+def test_a_file_that_is_not_pem_is_named(tmp_path: Path, broken: int, message: str) -> None:
+    # The ssl module says only "[SSL] PEM lib (_ssl.c:3905)" for either half.
+    pair = list(self_signed_certificate("127.0.0.1"))
+    pair[broken] = b"not PEM\n"
+    cert, key = write_pair(tmp_path, (pair[0], pair[1]))
+    with pytest.raises(ServingError, match="^invalid serving certificate: " + message + str([cert, key][broken])):
+        DynamicServingTLS(str(cert), str(key), "127.0.0.1", None)
+
+
 async def test_the_client_ca_is_refreshed_every_minute(serve, pki: Pki, monkeypatch) -> None:
     monkeypatch.setattr(dynamiccerts, "CLIENT_CA_REFRESH", 0.05)
     answers: list[str | None] = [None, pki.ca_cert.read_text()]
