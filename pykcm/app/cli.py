@@ -23,6 +23,7 @@ from pykcm.app.options import (
     resolve_controllers,
 )
 from pykcm.util import log as logging_setup
+from pykcm.util.errors import os_error_message
 
 # typer may vendor its own click; take the exception classes from typer's hierarchy, not `import click`.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -350,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except _user_errors() as err:
         # Errors may carry a log tail on later lines; the user gets the summary line.
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        text = os_error_message(err) if isinstance(err, OSError) else str(err).strip()
+        first_line = text.splitlines()[0] if text else type(err).__name__
         print(f"pykcm: error: {first_line}", file=sys.stderr)
         return 1
     return result if isinstance(result, int) else 0

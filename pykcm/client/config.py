@@ -23,8 +23,9 @@ from pykcm.client.kubeconfig import (
     kubeconfig_problem,
     simple_kubeconfig,
 )
+from pykcm.util.errors import os_error_message
 from pykcm.util.log import get_logger
-from pykcm.util.pem import read_pem_pair_problem, ssl_reason
+from pykcm.util.pem import read_pem_pair_problem
 
 log = get_logger("client-config")
 
@@ -164,7 +165,7 @@ def tls_context(
     try:
         ctx = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
     except OSError as exc:  # ssl.SSLError is one
-        raise ConfigError(f"invalid TLS configuration: certificate authority: {ssl_reason(exc)}") from None
+        raise ConfigError(f"invalid TLS configuration: certificate authority: {os_error_message(exc)}") from None
     if not verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -172,6 +173,6 @@ def tls_context(
         try:
             ctx.load_cert_chain(cert_file, key_file)
         except OSError as exc:
-            problem = read_pem_pair_problem(cert_file, key_file or cert_file) or ssl_reason(exc)
+            problem = read_pem_pair_problem(cert_file, key_file or cert_file) or os_error_message(exc)
             raise ConfigError(f"invalid TLS configuration: client certificate: {problem}") from None
     return ctx

@@ -22,8 +22,9 @@ from collections.abc import Awaitable, Callable
 
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.serving.certs import ServingError, load_in_memory_pair, self_signed_certificate
+from pykcm.util.errors import os_error_message
 from pykcm.util.log import get_logger
-from pykcm.util.pem import pem_pair_problem, ssl_reason
+from pykcm.util.pem import pem_pair_problem
 
 FILE_CHECK = 1.0  # seconds between stats of the serving files
 FILE_REFRESH = 60.0  # the files are re-read at least this often (Go's FileRefreshDuration)
@@ -44,7 +45,7 @@ class DynamicServingTLS:
             self._current = self._build(self._pair, client_ca)
             self.context = self._listening_context()
         except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-            reason = ssl_reason(err) if isinstance(err, OSError) else str(err)
+            reason = os_error_message(err) if isinstance(err, OSError) else str(err)
             raise ServingError(f"invalid serving certificate: {reason}") from None
         self._stat = self._file_stat()
 

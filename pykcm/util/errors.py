@@ -1,6 +1,12 @@
-"""apimachinery's error aggregate: several errors of one pass, reported together."""
+"""apimachinery's error aggregate (several errors of one pass, reported together), and OS and ssl
+errors in one line for the user."""
 
 from __future__ import annotations
+
+import re
+import ssl
+
+_SSL_SOURCE = re.compile(r" \(_ssl\.c:\d+\)$")
 
 
 class AggregateError(Exception):
@@ -17,3 +23,11 @@ def aggregate(errors: list[BaseException]) -> BaseException | None:
     if not errors:
         return None
     return errors[0] if len(errors) == 1 else AggregateError(errors)
+
+
+def os_error_message(err: OSError) -> str:
+    """An OS or ssl error in one line: "No such file or directory: /x", the ssl reason without its
+    C source position ("[X509: KEY_VALUES_MISMATCH] key values mismatch")."""
+    if isinstance(err, ssl.SSLError):
+        return _SSL_SOURCE.sub("", str(err))
+    return f"{err.strerror}: {err.filename}" if err.strerror and err.filename else str(err)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-import ssl
 
 _CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
 _PRIVATE_KEY = re.compile(rb"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")
-_SSL_SOURCE = re.compile(r" \(_ssl\.c:\d+\)$")
 
 
 def pem_pair_problem(cert: bytes, key: bytes, cert_path: str, key_path: str) -> str | None:
@@ -26,10 +24,3 @@ def read_pem_pair_problem(cert_path: str, key_path: str) -> str | None:
             return pem_pair_problem(cert.read(), key.read(), cert_path, key_path)
     except OSError:
         return None
-
-
-def ssl_reason(err: OSError) -> str:
-    """An ssl or file error in one line, without the C source position."""
-    if isinstance(err, ssl.SSLError):
-        return _SSL_SOURCE.sub("", str(err))
-    return f"{err.strerror}: {err.filename}" if err.strerror and err.filename else str(err)

@@ -158,3 +158,12 @@ def test_bad_flags_are_usage_errors(argv: list[str], message: str, capsys: pytes
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("pykcm: error:") and message in err[0]
+
+
+def test_an_os_error_is_one_line_with_the_path(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Python's own form is "[Errno 20] Not a directory: '/x'".
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    assert cli.main(["testenv", "start", "--dir", str(not_a_dir / "sub")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"pykcm: error: Not a directory: {not_a_dir / 'sub'}"
