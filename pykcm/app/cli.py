@@ -64,6 +64,7 @@ def _duration(flag: str, text: str) -> float:
 
 @app.command()
 def run(
+    ctx: typer.Context,
     kubeconfig: Annotated[str | None, typer.Option(help="Path to a kubeconfig file with authorization and master location.")] = None,
     master: Annotated[str | None, typer.Option(help="The address of the Kubernetes API server (overrides any value in kubeconfig).")] = None,
     controllers: Annotated[str, typer.Option(help="Controllers to enable: 'foo' enables 'foo', '-foo' disables 'foo' (the first entry naming a controller wins), '*' enables every other on-by-default controller.")] = "*",
@@ -129,6 +130,9 @@ def run(
         options.validate()
     except OptionsError as err:
         raise UsageError(str(err)) from None
+    source = ctx.get_parameter_source("local_nodes")  # click's ParameterSource; typer may vendor click
+    if not local and source is not None and source.name != "DEFAULT":
+        raise UsageError("--local-nodes applies only with --local")
     logging_setup.setup(verbosity, logging_format.value)
 
     from pykcm.controller import discover_controllers

@@ -152,6 +152,7 @@ def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[s
         (["run", "--secure-port=99999"], "--secure-port"),
         (["run", "--controllers=nope"], "not in the list of known controllers"),
         (["run", "--kube-api-content-type=protobuf"], "--kube-api-content-type must be"),
+        (["run", "--local-nodes=2"], "--local-nodes applies only with --local"),
     ],
 )
 def test_bad_flags_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
