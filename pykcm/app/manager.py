@@ -105,7 +105,7 @@ class Manager:
             except (ApiError, TransportError, ValueError) as err:
                 last_error = " ".join(str(err).split())
             await asyncio.sleep(1.0)
-        raise ManagerError(f"failed to wait for apiserver being healthy: {last_error}")
+        raise ManagerError(f"failed to wait for apiserver being healthy at {self.client.config.host}: {last_error}")
 
     # -- serving --------------------------------------------------------------------------------------
 

@@ -30,4 +30,6 @@ def os_error_message(err: OSError) -> str:
     C source position ("[X509: KEY_VALUES_MISMATCH] key values mismatch")."""
     if isinstance(err, ssl.SSLError):
         return _SSL_SOURCE.sub("", str(err))
-    return f"{err.strerror}: {err.filename}" if err.strerror and err.filename else str(err)
+    if err.strerror:  # without "[Errno 111]"
+        return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+    return str(err) or type(err).__name__

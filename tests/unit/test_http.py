@@ -21,7 +21,7 @@ from pykcm.client.errors import NotFound, TransportError
 from pykcm.client.http import ConnectionPool, Timeout
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient
-from tests.support import loopback_server
+from tests.support import free_port, loopback_server
 from tests.unit.test_fence import LOOPS, tls_contexts
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -198,6 +198,15 @@ async def test_only_a_get_is_sent_again_when_a_pooled_connection_dies_unanswered
         finally:
             await api.close()
     assert [r.split(b" ")[0].decode() for r in received[1:]] == [method] * sent
+
+
+async def test_a_refused_connection_is_one_line_without_the_errno() -> None:
+    api = client(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(TransportError) as err:
+        await api.request("GET", "/healthz", accept="text/plain")
+    await api.close()
+    # uvloop says "Connection refused", asyncio's own loop "Connect call failed ('127.0.0.1', port)"
+    assert str(err.value).startswith("GET /healthz: Conn") and "[Errno" not in str(err.value)
 
 
 async def test_a_response_cut_short_is_an_error_and_not_retried() -> None:
