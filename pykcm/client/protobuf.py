@@ -15,9 +15,10 @@ stays JSON.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Mapping
 from typing import Any, Union
+
+from pykcm.util.apitime import format_time
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 WATCH_ACCEPT = f"{PROTOBUF};stream=watch"
@@ -105,6 +106,14 @@ class Projected(dict):  # type: ignore[type-arg]
     """An object decoded into its informer's projection already: the informer keeps it as it is."""
 
 
+class UndecodableEvent(ValueError):
+    """A watch event this decoder cannot read; `key` is the object's namespace/name where known."""
+
+    def __init__(self, key: str, err: Exception) -> None:
+        super().__init__(f"cannot decode the protobuf watch event of {key}: {type(err).__name__}: {err}")
+        self.key = key
+
+
 class WatchDecoder:
     """Turns the frames of a protobuf watch of pods into watch events ({"type", "object"})."""
 
@@ -114,6 +123,12 @@ class WatchDecoder:
         self._bookmarks = compile_table("Pod", {"metadata": {"resourceVersion": True, "annotations": True}})
 
     def event(self, frame: bytes) -> dict[str, Any]:
+        try:
+            return self._event(frame)
+        except (ValueError, IndexError, OverflowError, OSError) as err:  # UnicodeDecodeError is a ValueError
+            raise UndecodableEvent(_key_of(frame), err) from err
+
+    def _event(self, frame: bytes) -> dict[str, Any]:
         # WatchEvent{1 type, 2 RawExtension{1 raw: MAGIC Unknown{1 TypeMeta, 2 raw: the object}}}
         n, pos = _varint(frame, 1)
         kind = frame[pos:pos + n].decode()
@@ -126,6 +141,20 @@ class WatchDecoder:
         for name in self._type_fields if table is self._objects else TYPE_FIELDS:
             obj[name] = type_meta.get(name, "")
         return {"type": kind, "object": obj}
+
+
+_KEY = compile_table("Pod", {"metadata": {"namespace": True, "name": True}})
+
+
+def _key_of(frame: bytes) -> str:
+    """namespace/name of the object in a frame that did not decode in full, or "an object"."""
+    try:
+        at = frame.index(MAGIC)
+        _, start, end = _envelope(frame, at)
+        meta = decode(frame, start, end, _KEY).get("metadata", {})
+        return "/".join(part for part in (meta.get("namespace"), meta.get("name")) if part) or "an object"
+    except (ValueError, IndexError):
+        return "an object"
 
 
 def decode_status(body: bytes) -> dict[str, Any]:
@@ -161,13 +190,19 @@ _times: dict[int, str] = {}
 
 
 def _time(seconds: int) -> str:
-    """metav1.Time as its JSON has it: RFC 3339 in whole seconds, UTC (memoised: pods share them)."""
+    """metav1.Time as its JSON has it (memoised: pods share them)."""
     text = _times.get(seconds)
     if text is None:
         if len(_times) > 100_000:
             _times.clear()
-        text = _times[seconds] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+        text = _times[seconds] = format_time(seconds)
     return text
+
+
+def _seconds(buf: bytes, pos: int) -> int:
+    """Timestamp.seconds at `pos`: an int64, so a time before 1970 is ten bytes of two's complement."""
+    value = _varint(buf, pos)[0]
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -231,7 +266,7 @@ def decode(buf: bytes, pos: int, end: int, table: Table) -> dict[str, Any]:
                 if n <= INTERN_MAX_LENGTH:
                     value = intern(value)
             elif kind == TIME:  # {1 seconds, 2 nanos}: JSON has whole seconds, and null for the zero time
-                value = _time(_varint(buf, pos + 1)[0] if buf[pos] == 0x08 else 0) if n else None
+                value = _time(_seconds(buf, pos + 1) if buf[pos] == 0x08 else 0) if n else None
             else:
                 value = decode(buf, pos, stop, inner)
                 if not value and not repeated:
@@ -263,4 +298,6 @@ def decode(buf: bytes, pos: int, end: int, table: Table) -> dict[str, Any]:
     return out
 
 
-__all__ = ["MAGIC", "PROTOBUF", "WATCH_ACCEPT", "Projected", "WatchDecoder", "decode_status", "supports"]
+__all__ = [
+    "MAGIC", "PROTOBUF", "WATCH_ACCEPT", "Projected", "UndecodableEvent", "WatchDecoder", "decode_status", "supports",
+]

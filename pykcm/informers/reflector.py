@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pykcm.client.errors import ApiError, Gone, TooManyRequests, TransportError, error_from_status
-from pykcm.client.protobuf import WatchDecoder
+from pykcm.client.protobuf import UndecodableEvent, WatchDecoder
 from pykcm.client.resources import Resource
 from pykcm.client.rest import RestClient
 from pykcm.informers import metrics
@@ -109,6 +109,13 @@ class Reflector:
                 raise
             except Gone as err:
                 log.info("Watch expired, will relist", resource=self.label, reason=err.message)
+            except UndecodableEvent as err:
+                # One object the protobuf decoder cannot read must not freeze the cache for every
+                # other: JSON reads any object the apiserver serves.
+                self.watch_decoder = None
+                self.last_error = one_line(err)
+                log.error(err, "Reading the watch as JSON from now on, will relist", resource=self.label,
+                          object=err.key)
             except Exception as err:
                 self.last_error = one_line(err)
                 self._report("Failed to list or watch, will relist", self.last_error)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import math
 import time
-
-_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def parse_time(value: str | None) -> float | None:
@@ -19,8 +18,10 @@ def parse_time(value: str | None) -> float | None:
 
 
 def format_time(seconds: float) -> str:
-    """Unix seconds -> the API's second-precision RFC 3339 form (metav1.Time)."""
-    return datetime.datetime.fromtimestamp(int(seconds), datetime.UTC).strftime(_FORMAT)
+    """Unix seconds -> the API's second-precision RFC 3339 form (metav1.Time), the year in four
+    digits as Go writes it (strftime's %Y gives "1" for year 1)."""
+    t = time.gmtime(math.floor(seconds))
+    return f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}Z"
 
 
 def now() -> str:

@@ -208,3 +208,35 @@ async def test_replicaset_controller_runs_on_a_protobuf_pods_watch(control_plane
             await wait_for(lambda: replicas(1), message="1 replica")
     finally:
         await api.close()
+
+
+async def test_times_before_1970_read_as_json_has_them_and_keep_the_controller_going(control_plane):
+    """A pod condition set to 1960 (the apiserver accepts it) is a negative Timestamp.seconds in
+    protobuf: it once froze the pods informer for every namespace, relist after relist."""
+    api = admin_client(control_plane.kubeconfig)
+    ns = await create_namespace(api, "pbold")
+    old = [{"type": "Ready", "status": "False", "lastTransitionTime": "1960-01-01T00:00:00Z",
+            "lastProbeTime": "0001-01-01T00:00:01Z"}]
+    try:
+        async with running_manager(control_plane.kubeconfig, controllers="replicaset",
+                                   kube_api_content_type=PROTOBUF, kube_api_qps=1000, kube_api_burst=1000) as manager:
+            rv = (await api.list(PODS, ns))["metadata"]["resourceVersion"]
+            await api.create(REPLICASETS, replicaset_manifest("web", 1), namespace=ns)
+            [pod] = await wait_for(lambda: pods_of(api, ns, 1), message="1 pod")
+            pod["status"] = {"conditions": old}
+            await api.update(PODS, pod, subresource="status")
+            as_json, as_protobuf = await asyncio.gather(
+                collect(api, ns, rv, None), collect(api, ns, rv, WatchDecoder(WIDE))
+            )
+            assert as_protobuf[-1]["object"]["status"]["conditions"] == old
+            assert [e["object"] for e in as_protobuf] == [project(e["object"], WIDE) for e in as_json]
+            await api.patch(REPLICASETS, "web", {"spec": {"replicas": 3}}, namespace=ns, content_type=MERGE_PATCH)
+            await wait_for(lambda: pods_of(api, ns, 3), message="3 pods after the scale up")
+            assert manager.factory.informers[PODS].reflector.watch_decoder is not None  # still protobuf
+    finally:
+        await api.close()
+
+
+async def pods_of(api: RestClient, ns: str, count: int) -> list[dict] | None:
+    items = (await api.list(PODS, ns))["items"]
+    return items if len(items) == count else None

@@ -7,6 +7,7 @@ import pytest
 
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import Gone, Invalid, TooManyRequests
+from pykcm.client.protobuf import UndecodableEvent, WatchDecoder
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient
 from pykcm.informers.delta_queue import DeltaQueue, DeltaType
@@ -25,6 +26,7 @@ class ScriptedClient(RestClient):
         self.watches = watches or []
         self.requests: list[dict] = []
         self.watch_params: list[dict] = []
+        self.watch_decoders: list = []
 
     async def request(self, method, path, **kw):
         self.requests.append(dict(kw.get("params") or {}))
@@ -35,6 +37,7 @@ class ScriptedClient(RestClient):
 
     async def watch(self, path, params, decoder=None):
         self.watch_params.append(params)
+        self.watch_decoders.append(decoder)
         events = self.watches.pop(0) if self.watches else []
         if isinstance(events, Exception):
             raise events  # the watch request itself failed
@@ -294,3 +297,21 @@ def test_the_watch_list_gate_reads_client_gos_environment_variable(monkeypatch, 
     else:
         monkeypatch.setenv("KUBE_FEATURE_WatchListClient", value)
     assert watch_list_enabled() is enabled
+
+
+async def test_an_event_the_protobuf_decoder_cannot_read_turns_the_watch_to_json():
+    # One pod with a time the decoder could not read used to freeze the pods cache: every relist
+    # failed on it again.
+    decoder = WatchDecoder({"metadata": {"name": True}})
+    client = ScriptedClient(
+        [page([cm("a", "1")], "10"), page([cm("a", "1"), cm("bad", "11")], "12")],
+        watches=[UndecodableEvent("ns/bad", OverflowError("timestamp out of range")),
+                 [{"type": "ADDED", "object": cm("b", "13")}]],
+    )
+    queue = DeltaQueue()
+    reflector, _ = reflector_with(client, queue)
+    reflector.watch_decoder = decoder
+    first, second, added = await run_until(reflector, queue, 3)
+    assert (first.type, second.type, added.type) == (DeltaType.REPLACED, DeltaType.REPLACED, DeltaType.ADDED)
+    assert [o["metadata"]["name"] for o in second.payload] == ["a", "bad"]
+    assert client.watch_decoders == [decoder, None] and reflector.watch_decoder is None

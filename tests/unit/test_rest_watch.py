@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import orjson
+import pytest
 from aiohttp import web
 
 from pykcm.client.config import ClientConfig
-from pykcm.client.protobuf import MAGIC, WATCH_ACCEPT, WatchDecoder
+from pykcm.client.protobuf import MAGIC, WATCH_ACCEPT, UndecodableEvent, WatchDecoder
 from pykcm.client.resources import CONFIGMAPS, PODS
 from pykcm.client.rest import RestClient
 from tests.support import loopback_server
@@ -50,12 +51,26 @@ def field(number: int, payload: bytes | str) -> bytes:
     return bytes([number << 3 | 2, len(data)]) + data
 
 
+def watch_event(pod: bytes) -> bytes:
+    """WatchEvent{type, RawExtension{envelope}} of a pod's message."""
+    envelope = MAGIC + field(1, field(1, "v1") + field(2, "Pod")) + field(2, pod)
+    return field(1, "ADDED") + field(2, field(1, envelope))
+
+
 def pod_frame(name: str) -> bytes:
-    """One frame of a protobuf watch: its length, then WatchEvent{type, RawExtension{envelope}}."""
+    """One frame of a protobuf watch: its length, then the event."""
     meta = field(1, name) + field(3, "ns") + field(6, "7") + field(11, field(1, "app") + field(2, "x"))
-    envelope = MAGIC + field(1, field(1, "v1") + field(2, "Pod")) + field(2, field(1, meta))
-    event = field(1, "ADDED") + field(2, field(1, envelope))
+    event = watch_event(field(1, meta))
     return len(event).to_bytes(4, "big") + event
+
+
+def timestamp(seconds: int) -> bytes:
+    """Timestamp{1 seconds}: an int64 varint, ten bytes of two's complement below zero."""
+    value, out = seconds & (1 << 64) - 1, bytearray([0x08])
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes([*out, value])
 
 
 async def test_protobuf_frames_are_split_whatever_the_chunks() -> None:
@@ -82,3 +97,23 @@ async def test_protobuf_frames_are_split_whatever_the_chunks() -> None:
     assert [e["object"]["metadata"]["name"] for e in events] == [*(f"m{i}" for i in range(20)), "split"]
     assert events[0] == {"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1",
                                                      "metadata": {"name": "m0", "labels": {"app": "x"}}}}
+
+
+def test_times_before_1970_read_as_json_has_them() -> None:
+    # Timestamp.seconds is signed: a condition set to 1960 once froze the pods informer (the
+    # unsigned value overflowed time.gmtime), and year 1 came out as "1-01-01".
+    year_1, year_1960 = timestamp(-62135596799), timestamp(-315619200)
+    condition = field(1, "Ready") + field(2, "False") + field(3, year_1) + field(4, year_1960)
+    meta = field(1, "old") + field(3, "ns")
+    decoder = WatchDecoder({"metadata": {"name": True}, "status": {"conditions": True}})
+    pod = decoder.event(watch_event(field(1, meta) + field(3, field(2, condition))))["object"]
+    assert pod["status"]["conditions"] == [{"type": "Ready", "status": "False", "lastProbeTime": "0001-01-01T00:00:01Z",
+                                            "lastTransitionTime": "1960-01-01T00:00:00Z"}]
+
+
+def test_an_event_that_does_not_decode_names_its_object() -> None:
+    condition = field(1, "Ready") + field(4, timestamp(1 << 62))  # far past any calendar time_t can hold
+    decoder = WatchDecoder({"metadata": {"name": True}, "status": {"conditions": True}})
+    with pytest.raises(UndecodableEvent, match=r"^cannot decode the protobuf watch event of ns/bad: ") as err:
+        decoder.event(watch_event(field(1, field(1, "bad") + field(3, "ns")) + field(3, field(2, condition))))
+    assert err.value.key == "ns/bad"

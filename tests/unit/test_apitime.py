@@ -1,0 +1,23 @@
+"""API timestamps as Go's metav1.Time writes and reads them."""
+
+import pytest
+
+from pykcm.util.apitime import format_time, parse_time
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (1_790_000_000.9, "2026-09-21T14:13:20Z"),  # whole seconds, as JSON carries them
+        (-315_619_200, "1960-01-01T00:00:00Z"),  # the apiserver takes times before 1970
+        (-62_135_596_799, "0001-01-01T00:00:01Z"),  # four digits of year, as Go writes them
+        (-0.5, "1969-12-31T23:59:59Z"),  # rounded down, as Go's Time.Unix
+    ],
+)
+def test_format_and_parse(seconds: float, text: str) -> None:
+    assert format_time(seconds) == text
+    assert parse_time(text) == float(seconds // 1)
+
+
+def test_absent_or_unparseable_is_none() -> None:
+    assert parse_time(None) is None and parse_time("") is None and parse_time("yesterday") is None
