@@ -88,7 +88,7 @@ class EventRecorder:
             now = time.monotonic()
             if now - self._drop_logged_at >= DROP_LOG_INTERVAL:
                 log.error(None, "Dropping events, queue full", dropped=self._dropped, reason=reason,
-                          object=involved["name"])
+                          **_about(involved))
                 self._dropped, self._drop_logged_at = 0, now
 
     async def close(self, timeout: float = 5.0) -> None:
@@ -111,7 +111,7 @@ class EventRecorder:
                 self._pending.task_done()
 
     async def _write(self, correlated: Correlated) -> None:
-        kv = {"reason": correlated.event["reason"], "object": correlated.event["involvedObject"]["name"]}
+        kv = {"reason": correlated.event["reason"], **_about(correlated.event["involvedObject"])}
         for attempt in range(1, MAX_TRIES + 1):
             try:
                 written = await self._write_once(correlated)
@@ -140,3 +140,9 @@ class EventRecorder:
                                                namespace=namespace, content_type=STRATEGIC_MERGE_PATCH)
         meta = {k: v for k, v in event["metadata"].items() if k != "resourceVersion"}
         return await self.client.create(EVENTS, {**event, "metadata": meta}, namespace=namespace)
+
+
+def _about(involved: dict[str, Any]) -> dict[str, str]:
+    """The log keys naming an event's object: its kind and namespace/name (names repeat across namespaces)."""
+    namespace, name = involved.get("namespace"), involved.get("name", "")
+    return {"kind": involved.get("kind", ""), "object": f"{namespace}/{name}" if namespace else name}

@@ -229,3 +229,5 @@ async def test_a_transport_failure_is_retried_and_a_refusal_is_not(monkeypatch: 
     api.failures += [TransportError("connection refused")] * events.MAX_TRIES
     await record_all(recorder, created(pod(3), 0), created(pod(4), 0))
     assert [e["involvedObject"]["name"] for e in api.created] == ["p0", "p2", "p4"]  # p3 given up after 12
+    [given_up] = [r for r in caplog.records if r.getMessage() == "Unable to write event (retry limit exceeded!)"]
+    assert given_up.kv["object"] == "ns/p3" and given_up.kv["kind"] == "Pod"  # type: ignore[attr-defined]
