@@ -126,8 +126,12 @@ class NamespacedResourcesDeleter:
             return
         if not _deletion_timestamp(namespace):
             return
-        if not namespace.get("spec", {}).get("finalizers"):
+        finalizers = namespace.get("spec", {}).get("finalizers")
+        if not finalizers:
             return  # finalized already; the API server removes it once metadata finalizers are gone
+        # With another spec finalizer left, KCM runs this whole pass again on every sync, as pykcm
+        # does; only the pass that removes our token says so.
+        removes_token = self.finalizer_token in finalizers
         estimate = await self.delete_all_content(namespace)
         if estimate > 0:
             raise ResourcesRemaining(estimate)
@@ -137,7 +141,9 @@ class NamespacedResourcesDeleter:
             await self._retry_on_conflict(namespace, self._finalize)
         except NotFound:
             return  # another controller sharing the token finished first
-        self.log.info("Namespace content deleted, finalizer removed", namespace=name, finalizer=self.finalizer_token)
+        if removes_token:
+            self.log.info("Namespace content deleted, finalizer removed", namespace=name,
+                          finalizer=self.finalizer_token)
 
     async def _retry_on_conflict(self, namespace: Obj, update: Callable[[Obj], Awaitable[Obj]]) -> Obj:
         latest = namespace
