@@ -14,6 +14,7 @@ stays JSON.
 
 from __future__ import annotations
 
+import codecs
 import sys
 from collections.abc import Mapping
 from typing import Any, Union
@@ -184,6 +185,17 @@ def _envelope(buf: bytes, pos: int) -> tuple[dict[str, Any], int, int]:
     raise ValueError("protobuf envelope without an object")
 
 
+def _one_replacement_per_byte(err: UnicodeError) -> tuple[str, int]:
+    """Go's JSON writes invalid UTF-8 as one U+FFFD for each bad byte (Python's "replace" writes
+    one per bad sequence); protobuf carries the bytes as they are, and the cache must hold the same."""
+    if not isinstance(err, UnicodeDecodeError):
+        raise err
+    return "\ufffd" * (err.end - err.start), err.end
+
+
+AS_GO_JSON = "pykcm-as-go-json"  # the decode error handler for strings
+codecs.register_error(AS_GO_JSON, _one_replacement_per_byte)
+
 _TYPE_META = compile_table("TypeMeta", True)
 _STATUS = compile_table("Status", True)
 _times: dict[int, str] = {}
@@ -243,13 +255,13 @@ def decode(buf: bytes, pos: int, end: int, table: Table) -> dict[str, Any]:
             name, kind, inner, repeated, keep, keep_empty = entry
             if kind == MAP:  # an entry: 1 key, 2 value (both strings here)
                 size, at = _varint(buf, pos + 1)
-                key = buf[at:at + size].decode()
+                key = buf[at:at + size].decode("utf-8", AS_GO_JSON)
                 at += size
                 if keep is None or key in keep:
                     value = ""
                     if at < stop:
                         size, at = _varint(buf, at + 1)
-                        value = buf[at:at + size].decode()
+                        value = buf[at:at + size].decode("utf-8", AS_GO_JSON)
                     entries = out.get(name)
                     if entries is None:
                         entries = out[name] = {}
@@ -262,7 +274,7 @@ def decode(buf: bytes, pos: int, end: int, table: Table) -> dict[str, Any]:
                 if n == 0 and not keep_empty:
                     pos = stop
                     continue
-                value = buf[pos:stop].decode()
+                value = buf[pos:stop].decode("utf-8", AS_GO_JSON)
                 if n <= INTERN_MAX_LENGTH:
                     value = intern(value)
             elif kind == TIME:  # {1 seconds, 2 nanos}: JSON has whole seconds, and null for the zero time

@@ -19,5 +19,16 @@ def test_format_and_parse(seconds: float, text: str) -> None:
     assert parse_time(text) == float(seconds // 1)
 
 
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (-62_167_219_200 - 3600, "-0001-12-31T23:00:00Z"),  # the apiserver takes 0000-01-01T00:00:00+01:00
+        (1 << 60, "36534630048-05-13T13:56:16Z"),  # a protobuf client may write it; time.gmtime overflows
+    ],
+)
+def test_years_outside_1_to_9999_as_go_writes_them(seconds: int, text: str) -> None:
+    assert format_time(seconds) == text
+
+
 def test_absent_or_unparseable_is_none() -> None:
     assert parse_time(None) is None and parse_time("") is None and parse_time("yesterday") is None
