@@ -43,7 +43,11 @@ log = get_logger("controller-manager")
 
 EVENT_COMPONENT = "pykcm"  # source of the LeaderElection events (KCM: kube-controller-manager)
 APISERVER_HEALTH_TIMEOUT = 10.0  # KCM gives up building its controller context after 10 s
-SHUTDOWN_DRAIN_TIMEOUT = 30.0  # in-flight syncs get this long to finish on SIGTERM
+# On SIGTERM no new sync starts and in-flight ones get this long, then queued events as long again
+# (KCM cancels everything at once): well inside a pod's 30 s grace, so the Lease is released
+# before the kubelet kills the process. Work cut short is redone by the next leader from its lists.
+SHUTDOWN_DRAIN_TIMEOUT = 5.0
+EVENTS_FLUSH_TIMEOUT = 2.0
 DELEGATED_AUTH_QPS, DELEGATED_AUTH_BURST = 200.0, 400  # KCM's TokenReview/SubjectAccessReview clients
 
 
@@ -261,7 +265,9 @@ class Manager:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.gather(*(c.events.close() for c in self.controllers))
+        # After a lost lease the fence refuses every write: nothing to flush.
+        flush = min(EVENTS_FLUSH_TIMEOUT, self._drain_timeout)
+        await asyncio.gather(*(c.events.close(timeout=flush) for c in self.controllers))
         if self._service_accounts is not None:
             await self._service_accounts.close()
         await self.factory.shutdown()

@@ -30,6 +30,7 @@ from pykcm.client.errors import (
     is_already_exists,
 )
 from pykcm.client.eventcorrelator import Correlated, Event, EventCorrelator, event_name
+from pykcm.client.fence import FencedWrite
 from pykcm.client.resources import EVENTS
 from pykcm.client.rest import STRATEGIC_MERGE_PATCH, RestClient
 from pykcm.util import apitime
@@ -115,6 +116,8 @@ class EventRecorder:
         for attempt in range(1, MAX_TRIES + 1):
             try:
                 written = await self._write_once(correlated)
+            except FencedWrite:
+                return  # this process no longer leads: the fence has said so once, and no retry can pass
             except TransportError as err:
                 if attempt == MAX_TRIES:
                     log.error(err, "Unable to write event (retry limit exceeded!)", **kv)

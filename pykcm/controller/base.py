@@ -106,7 +106,8 @@ class Controller(ABC):
         return int(getattr(self.options, self.workers_option)) if self.workers_option else self.workers
 
     async def run(self) -> None:
-        """Run workers until the queue is shut down; in-flight syncs finish first."""
+        """Run workers until the queue is shut down: in-flight syncs go on, queued keys are left
+        (the manager is stopping; the next leader lists everything again)."""
         count = self.worker_count()
         self.log.info("Starting workers", controller=self.name, workers=count)
         await asyncio.gather(*(self._worker() for _ in range(count)))
@@ -115,6 +116,9 @@ class Controller(ABC):
         while True:
             key, shutdown = await self.queue.get()
             if shutdown:
+                return
+            if self.queue.shutting_down:  # client-go's Get still hands out queued keys; KCM's context is cancelled
+                self.queue.done(key)
                 return
             try:
                 await self._process(key)

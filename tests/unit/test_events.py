@@ -16,6 +16,7 @@ from pykcm.client import eventcorrelator, events
 from pykcm.client.errors import Invalid, NotFound, TransportError
 from pykcm.client.eventcorrelator import EventCorrelator
 from pykcm.client.events import EventRecorder
+from pykcm.client.fence import FencedWrite
 from pykcm.client.resources import Resource
 
 
@@ -231,3 +232,15 @@ async def test_a_transport_failure_is_retried_and_a_refusal_is_not(monkeypatch: 
     assert [e["involvedObject"]["name"] for e in api.created] == ["p0", "p2", "p4"]  # p3 given up after 12
     [given_up] = [r for r in caplog.records if r.getMessage() == "Unable to write event (retry limit exceeded!)"]
     assert given_up.kv["object"] == "ns/p3" and given_up.kv["kind"] == "Pod"  # type: ignore[attr-defined]
+
+
+async def test_a_write_the_fence_refuses_is_dropped_without_retries(caplog: pytest.LogCaptureFixture) -> None:
+    # The lease is lost: no retry can pass the fence, and retrying held the exit up by seconds.
+    api = FakeApi()
+    api.failures += [FencedWrite("POST /api/v1/namespaces/ns/events: refused, leader election lost")] * 3
+    recorder = recorder_with(api)
+    with caplog.at_level(logging.ERROR, logger="pykcm.events"):
+        await record_all(recorder, created(pod(0), 0), created(pod(1), 0))
+    assert [e["involvedObject"]["name"] for e in api.created] == []
+    assert len(api.failures) == 1  # one try for each event
+    assert not [r for r in caplog.records if "Unable to write event" in r.getMessage()]

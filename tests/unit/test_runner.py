@@ -127,3 +127,27 @@ def test_the_factory_records_what_each_controller_asked_for() -> None:
         factory.informer(NAMESPACES)
     assert first == [shared, factory.informer(SERVICEACCOUNTS)]
     assert second == [shared]
+
+
+async def test_on_shutdown_the_in_flight_sync_finishes_and_queued_keys_are_left() -> None:
+    # client-go's Get still hands out queued keys after ShutDown; KCM's cancelled context stops its
+    # workers instead. Draining a backlog on SIGTERM once took past a pod's 30 s grace period.
+    started, release, synced = asyncio.Event(), asyncio.Event(), []
+
+    class Slow(Noop):
+        async def sync(self, key: str) -> None:
+            started.set()
+            await release.wait()
+            synced.append(key)
+
+    ctx = ControllerContext(client=None, informers=SharedInformerFactory(None), options=Options(), events=None)  # type: ignore[arg-type]
+    slow = Slow(ctx)
+    slow.workers = 1
+    for key in ("a", "b", "c"):
+        slow.queue.add(key)
+    running = asyncio.create_task(slow.run())
+    await started.wait()
+    slow.queue.shutdown()
+    release.set()
+    await asyncio.wait_for(running, 5)
+    assert synced == ["a"]
