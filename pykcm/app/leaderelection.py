@@ -242,7 +242,7 @@ class LeaderElector:
         except NotFound:
             return await self._create(desired)
         except (ApiError, TransportError) as err:
-            log.error(err, "Error retrieving resource lock", lease=self._desc())
+            log.error(err, "Error retrieving lease lock", lease=self._desc())
             return False
         # 3. A changed record restarts the expiry countdown, measured on our clock from now.
         if current != self._observed_raw:

@@ -12,6 +12,7 @@ allowed) denied with 403, exactly as KCM answers; a token the apiserver rejects 
 
 from __future__ import annotations
 
+import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -75,7 +76,9 @@ class SecureServer:
         try:
             await http.start(self.host, self.port, self.ssl_context)
         except OSError as err:
-            raise ServingError(f"failed to listen on {self.host}:{self.port}: {err.strerror or err}") from None
+            # asyncio's message repeats the address as a Python tuple: the errno's own words suffice
+            reason = os.strerror(err.errno).lower() if err.errno else err.strerror or str(err)
+            raise ServingError(f"failed to listen on {self.host}:{self.port}: {reason}") from None
         self._http = http
         log.info("Serving securely", address=f"{self.host}:{self.port}")
 
@@ -115,9 +118,7 @@ class SecureServer:
         handler = self._route(request.raw_path)
         if handler is None:
             return _not_found()
-        if request.method not in ("GET", "HEAD"):
-            return Response(405, b"405: Method Not Allowed", {"Content-Type": _PLAIN, "Allow": "GET,HEAD"})
-        return await handler(request)
+        return await handler(request)  # any method, as KCM's health and metrics handlers answer
 
     def _route(self, raw_path: str) -> Callable[[Request], Awaitable[Response]] | None:
         """The handler of /metrics, /{endpoint} or /{endpoint}/{check}, matched before percent-decoding
