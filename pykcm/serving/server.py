@@ -46,9 +46,12 @@ def _status(code: int, reason: str, message: str) -> Response:
         "details": {},
         "code": code,
     }
+    headers = {"Content-Type": "application/json"}
     if code == 401:
         del body["details"]
-    return Response(code, orjson.dumps(body, option=orjson.OPT_INDENT_2), {"Content-Type": "application/json"})
+    else:  # the apiserver's Forbidden and InternalError writers add it; its Unauthorized does not
+        headers["X-Content-Type-Options"] = "nosniff"
+    return Response(code, orjson.dumps(body, option=orjson.OPT_INDENT_2), headers)
 
 
 class SecureServer:
@@ -108,7 +111,9 @@ class SecureServer:
             decision = await self.authorizer.authorize(user, verb, request.path)
         except (ApiError, TransportError) as err:
             log.error(err, "Authorization failed", user=user.name, path=request.path)
-            return _status(500, "InternalError", "Internal error occurred: authorization failed")
+            # As the apiserver's authorization filter (responsewriters.InternalError, Go's http.Error)
+            reason = " ".join(str(err).split())
+            return _text(500, f"Internal Server Error: {orjson.dumps(request.path).decode()}: {reason}\n")
         if not decision.allowed:
             message = f"forbidden: User {orjson.dumps(user.name).decode()} cannot {verb} path "
             message += orjson.dumps(request.path).decode()

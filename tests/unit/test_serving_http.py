@@ -14,6 +14,8 @@ import orjson
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from pykcm.client.config import ClientConfig
+from pykcm.client.rest import RestClient
 from pykcm.serving import http
 from pykcm.serving.authn import DelegatingAuthenticator
 from pykcm.serving.authz import DelegatingAuthorizer
@@ -315,7 +317,7 @@ async def test_the_secure_port_authorizes_before_it_routes() -> None:
         for data in (get("/nope", "Connection: close"), get("/metrics", "Connection: close", method="POST")):
             status, headers, body, _ = await exchange(server.port, data)
             assert status == "HTTP/1.1 403 Forbidden" and headers["cache-control"] == "no-cache, private"
-            assert orjson.loads(body)["code"] == 403
+            assert orjson.loads(body)["code"] == 403 and headers["x-content-type-options"] == "nosniff"
         status, headers, body, _ = await exchange(server.port, get("/healthz", "Connection: close", method="POST"))
         assert (status, body) == ("HTTP/1.1 200 OK", b"ok")  # KCM's handlers answer any method
         assert headers["cache-control"] == "no-cache, private"
@@ -354,3 +356,19 @@ async def test_a_port_in_use_is_named_once_in_one_line() -> None:
         assert str(err.value) == f"failed to listen on 127.0.0.1:{server.port}: address already in use"
     finally:
         await server.stop()
+
+
+async def test_an_authorizer_that_cannot_be_asked_is_a_plain_500() -> None:
+    # As the apiserver's filter: Go's http.Error text with the path and the reason, not a Status.
+    unreachable = RestClient(ClientConfig(host=f"http://127.0.0.1:{free_port()}", ssl_context=None))
+    server = SecureServer("127.0.0.1", free_port(), None, lambda: [], DelegatingAuthenticator(None),  # type: ignore[arg-type]
+                          DelegatingAuthorizer(unreachable, []))
+    await server.start()
+    try:
+        status, headers, body, _ = await exchange(server.port, get("/metrics", "Connection: close"))
+        assert status == "HTTP/1.1 500 Internal Server Error"
+        assert (headers["content-type"], headers["x-content-type-options"]) == ("text/plain; charset=utf-8", "nosniff")
+        assert body.startswith(b'Internal Server Error: "/metrics": POST /apis/authorization.k8s.io/v1/subjectaccess')
+    finally:
+        await server.stop()
+        await unreachable.close()
