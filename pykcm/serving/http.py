@@ -114,8 +114,10 @@ class HTTPServer:
     async def start(self, host: str, port: int, ssl_context: Any = None) -> int:
         """Listen; returns the port (the one picked when `port` is 0)."""
         loop = asyncio.get_running_loop()
+        # Go reads the first request, TLS handshake included, under ReadHeaderTimeout.
+        handshake = {"ssl_handshake_timeout": self.head_timeout} if ssl_context is not None else {}
         self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, ssl=ssl_context, reuse_address=True
+            lambda: _Connection(self), host, port, ssl=ssl_context, reuse_address=True, **handshake
         )
         return int(self._server.sockets[0].getsockname()[1])
 
@@ -154,7 +156,8 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._server.connections.add(self)
-        self._arm(self._server.idle_timeout)
+        self._arm(self._server.head_timeout)  # the first request's head: from the connection on, as Go
+        self._head_timer = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)

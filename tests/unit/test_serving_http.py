@@ -255,6 +255,18 @@ async def test_idle_connections_are_closed_after_the_timeout(app: App) -> None:
         await srv.stop()
 
 
+async def test_a_connection_that_never_sends_a_request_has_the_head_timeout(app: App) -> None:
+    # Go's ReadHeaderTimeout (32 s) runs from the connection on; the idle timeout (90 s) only between requests.
+    srv = HTTPServer(app, idle_timeout=30, head_timeout=0.1)
+    port = await srv.start("127.0.0.1", 0)
+    try:
+        reader, writer = await connect(port)
+        assert await closed(reader)
+        writer.close()
+    finally:
+        await srv.stop()
+
+
 async def test_pipelined_requests_are_answered_in_order(server: tuple[HTTPServer, int]) -> None:
     reader, writer = await connect(server[1])
     writer.write(get("/slow") + get("/fast") + get("/last", "Connection: close"))
