@@ -22,7 +22,7 @@ from pykcm.util.log import get_logger
 
 log = get_logger("server")
 
-MAX_HEAD = 64 * 1024  # request line and headers
+MAX_HEAD = (1 << 20) + 4096  # request line and headers: Go's DefaultMaxHeaderBytes plus its 4 KiB slack
 MAX_BODY = 64 * 1024  # a body these endpoints ignore: read and dropped up to this, refused beyond it
 IDLE_TIMEOUT = 90.0  # the apiserver's secure serving: IdleTimeout
 HEAD_TIMEOUT = 32.0  # ... and ReadHeaderTimeout: a request's head must be whole this long after it began

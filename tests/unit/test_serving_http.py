@@ -118,11 +118,13 @@ async def test_http_1_0_closes_unless_keep_alive_is_asked(server: tuple[HTTPServ
 
 
 async def test_an_oversize_head_is_refused_with_431(server: tuple[HTTPServer, int], app: App) -> None:
-    status, _, _, eof = await exchange(server[1], get("/", "X-Big: " + "a" * (70 * 1024)))
+    status, _, _, _ = await exchange(server[1], get("/", "X-Big: " + "a" * (100 * 1024), "Connection: close"))
+    assert status == "HTTP/1.1 200 OK"  # under Go's 1 MiB, as KCM serves it
+    status, _, _, eof = await exchange(server[1], get("/", "X-Big: " + "a" * (1100 * 1024)))
     assert status.startswith("HTTP/1.1 431 Request Header Fields Too Large") and eof
-    status, _, _, eof = await exchange(server[1], b"GET /" + b"a" * (70 * 1024))  # never ends
+    status, _, _, eof = await exchange(server[1], b"GET /" + b"a" * (1100 * 1024))  # never ends
     assert status.startswith("HTTP/1.1 431") and eof
-    assert app.requests == []
+    assert len(app.requests) == 1
 
 
 @pytest.mark.parametrize(
