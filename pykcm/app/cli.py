@@ -93,7 +93,7 @@ def run(
     authorization_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create subjectaccessreviews; defaults to the main credentials.")] = None,
     authorization_always_allow_paths: Annotated[str, typer.Option(help="Comma-separated HTTP paths served without authorization (exact, or prefix ending in '*').")] = ",".join(_defaults.authorization_always_allow_paths),
     uvloop: Annotated[bool, typer.Option("--uvloop/--no-uvloop", help="Run on uvloop's event loop where it is installed (less CPU per request); --no-uvloop runs on asyncio's own.")] = _defaults.uvloop,
-    verbosity: Annotated[int, typer.Option("-v", "--v", help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
+    verbosity: Annotated[int, typer.Option("-v", "--v", min=0, help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
     logging_format: Annotated[LogFormat, typer.Option(help="Log format.")] = LogFormat.text,
 ) -> None:
     """Run the controller manager."""
@@ -316,7 +316,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 # KCM's boolean flags (pflag) take `--flag`, `--flag=true` and `--flag=false`; typer's flag pairs
-# take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working.
+# take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working,
+# as does splitting pflag's `-v=4`, which click would read as the value "=4".
 _GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials")
 
 
@@ -332,6 +333,8 @@ def _translate_go_bool_flags(argv: list[str]) -> list[str]:
             except OptionsError as err:
                 raise UsageError(f"invalid argument {value!r} for {flag}: {err}") from None
             out.append(flag if enabled else f"--no-{flag.removeprefix('--')}")
+        elif sep and flag == "-v":
+            out += [flag, value]
         else:
             out.append(arg)
     return out

@@ -215,13 +215,19 @@ class Manager:
 
     async def _build_controllers(self) -> None:
         for cls in self.controller_classes:
-            qps, burst = cls.client_limits(self.options.kube_api_qps, self.options.kube_api_burst)
+            try:
+                qps, burst = cls.client_limits(self.options.kube_api_qps, self.options.kube_api_burst)
+            except Exception as err:  # a plugin's own code: one line, not a traceback
+                raise _cannot_build(cls, err) from None
             client = await self._controller_client(cls.client_name or cls.name, qps, burst)
             # Events are sourced from the controller's canonical name, e.g. "replicaset-controller".
             events = EventRecorder(client, cls.name)
             ctx = ControllerContext(client=client, informers=self.factory, options=self.options, events=events)
             with self.factory.recording() as informers:
-                controller = cls(ctx)
+                try:
+                    controller = cls(ctx)
+                except Exception as err:  # an abstract sync() is a TypeError here
+                    raise _cannot_build(cls, err) from None
             self.controllers.append(controller)
             self.runners.append(ControllerRunner(controller, informers))
             # Present, and 0, until it runs: a controller that cannot start shows on the dashboard.
@@ -272,6 +278,10 @@ class Manager:
             await self._service_accounts.close()
         await self.factory.shutdown()
         log.info("Stopped")
+
+
+def _cannot_build(cls: type[Controller], err: Exception) -> ManagerError:
+    return ManagerError(f"controller {cls.name!r} cannot be built: {type(err).__name__}: {err}")
 
 
 def _succeeded(task: asyncio.Task[bool]) -> bool:

@@ -81,4 +81,7 @@ class ControllerRunner:
                               controller=self.name, resource=informer.resource.name, reason=error)
         finally:
             synced.cancel()
+            # Cancelled with us, the gather may finish with its children's CancelledError set as an
+            # exception: retrieve it, or asyncio prints "exception was never retrieved" at exit.
+            synced.add_done_callback(lambda future: future.cancelled() or future.exception())
         log.info("Caches are synced", controller=self.name)

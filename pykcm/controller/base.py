@@ -18,7 +18,9 @@ are shared by every controller and must not be modified: copy before changing.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -140,7 +142,7 @@ class Controller(ABC):
         except Exception as err:
             result = "error"
             metrics.controller_sync_errors_by(self.name).inc()
-            self.log.error(err, "Error syncing, requeuing", controller=self.name, key=key)
+            self.log.error(_described(err), "Error syncing, requeuing", controller=self.name, key=key)
             self.queue.add_rate_limited(key)
         finally:
             elapsed = time.monotonic() - start
@@ -148,3 +150,12 @@ class Controller(ABC):
             if self.log.v(4).enabled():
                 duration = f"{elapsed * 1000:.3f}ms"
                 self.log.v(4).info("Finished syncing", controller=self.name, key=key, duration=duration)
+
+
+def _described(err: Exception) -> Exception | str:
+    """A built-in exception (KeyError, TypeError, ...) is a bug in the sync, and its message alone
+    ("'spec'") says nothing: add its type and where it was raised. API and pykcm errors say enough."""
+    if type(err).__module__ != "builtins" or err.__traceback__ is None:
+        return err
+    frame = traceback.extract_tb(err.__traceback__)[-1]
+    return f"{type(err).__name__}: {err} (at {os.path.basename(frame.filename)}:{frame.lineno} in {frame.name})"

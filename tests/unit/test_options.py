@@ -153,6 +153,7 @@ def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[s
         (["run", "--controllers=nope"], "not in the list of known controllers"),
         (["run", "--kube-api-content-type=protobuf"], "--kube-api-content-type must be"),
         (["run", "--local-nodes=2"], "--local-nodes applies only with --local"),
+        (["run", "--v=-1"], "'-v' / '--v'"),  # klog's level is not negative
     ],
 )
 def test_bad_flags_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -168,3 +169,7 @@ def test_an_os_error_is_one_line_with_the_path(tmp_path, capsys: pytest.CaptureF
     assert cli.main(["testenv", "start", "--dir", str(not_a_dir / "sub")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == f"pykcm: error: Not a directory: {not_a_dir / 'sub'}"
+
+
+def test_pflag_short_verbosity_with_equals_is_read_as_kcm_reads_it() -> None:
+    assert cli._translate_go_bool_flags(["run", "-v=4", "--v=2"]) == ["run", "-v", "4", "--v=2"]

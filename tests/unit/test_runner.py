@@ -4,7 +4,9 @@ then, and fails its /healthz check; once they sync it runs."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -151,3 +153,31 @@ async def test_on_shutdown_the_in_flight_sync_finishes_and_queued_keys_are_left(
     release.set()
     await asyncio.wait_for(running, 5)
     assert synced == ["a"]
+
+
+async def test_a_controller_cancelled_while_it_waits_for_caches_leaves_no_unretrieved_error(caplog) -> None:
+    # The gather over the informers' waits finished with its children's CancelledError as an
+    # exception, and asyncio printed "exception was never retrieved" with a traceback at exit.
+    runner = ControllerRunner(controller(), [FakeInformer(NAMESPACES)])  # type: ignore[list-item]
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0)
+    gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+async def test_a_built_in_exception_from_sync_is_logged_with_its_type_and_place(caplog) -> None:
+    class Buggy(Noop):
+        async def sync(self, key: str) -> None:
+            raise KeyError("spec")
+
+    ctx = ControllerContext(client=None, informers=SharedInformerFactory(None), options=Options(), events=None)  # type: ignore[arg-type]
+    buggy = Buggy(ctx)
+    with caplog.at_level(logging.ERROR, logger="pykcm"):
+        await buggy._process("ns/x")
+    [line] = [r for r in caplog.records if r.getMessage() == "Error syncing, requeuing"]
+    assert re.fullmatch(r"KeyError: 'spec' \(at test_runner\.py:\d+ in sync\)", line.kv["err"])  # type: ignore[attr-defined]
+    assert line.kv["key"] == "ns/x"  # type: ignore[attr-defined]
