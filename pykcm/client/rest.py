@@ -21,8 +21,8 @@ from pykcm.client.http import ConnectionPool, Response, Timeout
 from pykcm.client.httpconnection import HTTPError
 from pykcm.client.protobuf import MAGIC, PROTOBUF, WATCH_ACCEPT, WatchDecoder, decode_status
 from pykcm.client.resources import Resource
-from pykcm.util.errors import os_error_message
 from pykcm.util.flowcontrol import TokenBucket
+from pykcm.util.log import one_line
 
 JSON = "application/json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -139,7 +139,7 @@ class RestClient:
                 metrics.requests_by("<error>", method, host).inc()
                 if isinstance(exc, FencedWrite):
                     raise
-                raise TransportError(f"{method} {path}: {_reason(exc)}") from None
+                raise TransportError(f"{method} {path}: {one_line(exc)}") from None
             finally:
                 metrics.request_duration_by(method, host).observe(time.monotonic() - start)
             metrics.requests_by(str(resp.status), method, host).inc()
@@ -203,7 +203,7 @@ class RestClient:
             finally:
                 resp.close()
         except (TimeoutError, HTTPError, OSError) as exc:
-            raise TransportError(f"watch {path}: {_reason(exc)}") from None
+            raise TransportError(f"watch {path}: {one_line(exc)}") from None
 
     # -- typed helpers over Resource ------------------------------------------------------------------
 
@@ -243,10 +243,6 @@ class RestClient:
         self, res: Resource, namespace: str | None = None, body: dict | None = None, accept: str = JSON, **params: Any
     ) -> Any:
         return await self.request("DELETE", res.path(namespace), params=params, body=body, accept=accept)
-
-
-def _reason(exc: BaseException) -> str:
-    return os_error_message(exc) if isinstance(exc, OSError) else str(exc) or type(exc).__name__
 
 
 def _target(path: str, params: dict[str, Any] | None) -> str:

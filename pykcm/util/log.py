@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from pykcm.util.errors import os_error_message
+
 _verbosity = 0
 
 
@@ -58,8 +60,9 @@ def get_logger(name: str) -> Logger:
 
 
 def one_line(err: BaseException | str) -> str:
-    """An error as one line: its message with all whitespace runs made single spaces."""
-    text = str(err) or type(err).__name__
+    """An error as one line: its message with all whitespace runs made single spaces (an OS or
+    ssl error without Python's "[Errno N]" or the C source position)."""
+    text = os_error_message(err) if isinstance(err, OSError) else str(err) or type(err).__name__
     return " ".join(text.split())
 
 
