@@ -37,7 +37,7 @@ from pykcm.serving.dynamiccerts import DynamicServingTLS
 from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import SecureServer
 from pykcm.util import memory
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, one_line
 
 log = get_logger("controller-manager")
 
@@ -107,7 +107,7 @@ class Manager:
                 await self.client.request("GET", "/healthz", accept="text/plain")
                 return
             except (ApiError, TransportError, ValueError) as err:
-                last_error = " ".join(str(err).split())
+                last_error = one_line(err)
             await asyncio.sleep(1.0)
         raise ManagerError(f"failed to wait for apiserver being healthy at {self.client.config.host}: {last_error}")
 

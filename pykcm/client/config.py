@@ -24,7 +24,7 @@ from pykcm.client.kubeconfig import (
     simple_kubeconfig,
 )
 from pykcm.util.errors import os_error_message
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, one_line
 from pykcm.util.pem import read_pem_pair_problem
 
 log = get_logger("client-config")
@@ -129,7 +129,7 @@ def _package_credentials(kubeconfig: str | None, context: str | None, in_cluster
         for path in filter(os.path.exists, paths):
             if problem := kubeconfig_problem(path):
                 raise ConfigError(f"error loading config file {path!r}: {problem}") from None
-        detail = " ".join(str(exc).split()) or type(exc).__name__
+        detail = one_line(exc)
         raise ConfigError(f"invalid configuration: {detail}") from None
     return Credentials(
         host=cfg.host or "",

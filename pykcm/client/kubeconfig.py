@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from pykcm.util.log import one_line
+
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_REREAD_PERIOD = 60.0  # client-go re-reads a token file once a minute (cachingTokenSource)
 
@@ -82,12 +84,15 @@ def in_cluster() -> Credentials | None:
     return Credentials(host=f"https://{address}:{port}", ca_file=ca_path, token_source=token)
 
 
+def _load_yaml(path: str) -> Any:
+    with open(path, "rb") as f:
+        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def simple_kubeconfig(path: str, context: str | None = None) -> Credentials | None:
     """The credentials of a kubeconfig this reader fully understands, else None."""
     try:
-        with open(path, "rb") as f:
-            doc = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        return _credentials(doc, os.path.dirname(os.path.abspath(path)), context)
+        return _credentials(_load_yaml(path), os.path.dirname(os.path.abspath(path)), context)
     except (OSError, yaml.YAMLError, binascii.Error, ValueError, TypeError, AttributeError, KeyError):
         return None
 
@@ -100,12 +105,11 @@ def kubeconfig_problem(path: str) -> str | None:
     own messages ("'str' object does not support item assignment"), which tell the user nothing.
     """
     try:
-        with open(path, "rb") as f:
-            doc = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        doc = _load_yaml(path)
     except OSError as exc:
         return exc.strerror or str(exc)
     except yaml.YAMLError as exc:
-        return "not YAML: " + " ".join(str(exc).split())
+        return "not YAML: " + one_line(exc)
     if doc is None:
         return None  # empty: the package says so
     if not isinstance(doc, dict):

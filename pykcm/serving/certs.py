@@ -18,7 +18,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, one_line
 
 log = get_logger("server")
 
@@ -90,6 +90,6 @@ async def load_client_ca(client: RestClient | None) -> str | None:
     except (ApiError, TransportError) as err:
         log.warning(
             "Client certificates will not be accepted: cannot read the client CA",
-            configmap=f"{namespace}/{name}", err=" ".join(str(err).split()),
+            configmap=f"{namespace}/{name}", err=one_line(err),
         )
         return None

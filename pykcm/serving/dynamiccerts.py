@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.serving.certs import ServingError, load_in_memory_pair, self_signed_certificate
 from pykcm.util.errors import os_error_message
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, one_line
 from pykcm.util.pem import pem_pair_problem
 
 FILE_CHECK = 1.0  # seconds between stats of the serving files
@@ -108,7 +108,7 @@ class DynamicServingTLS:
         try:
             client_ca = await fetch()
         except (ApiError, TransportError) as err:
-            log.v(2).info("Cannot re-read the client CA, keeping the current one", err=" ".join(str(err).split()))
+            log.v(2).info("Cannot re-read the client CA, keeping the current one", err=one_line(err))
             return
         self.set_client_ca(client_ca)
 

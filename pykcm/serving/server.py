@@ -27,7 +27,7 @@ from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError
 from pykcm.serving.healthz import HealthCheck, checks_for, evaluate, run_check
 from pykcm.serving.http import HTTPServer, Request, Response
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, one_line
 
 log = get_logger("server")
 
@@ -112,7 +112,7 @@ class SecureServer:
         except (ApiError, TransportError) as err:
             log.error(err, "Authorization failed", user=user.name, path=request.path)
             # As the apiserver's authorization filter (responsewriters.InternalError, Go's http.Error)
-            reason = " ".join(str(err).split())
+            reason = one_line(err)
             return _text(500, f"Internal Server Error: {orjson.dumps(request.path).decode()}: {reason}\n")
         if not decision.allowed:
             message = f"forbidden: User {orjson.dumps(user.name).decode()} cannot {verb} path "
