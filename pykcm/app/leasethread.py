@@ -27,13 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from pykcm.app import metrics
 from pykcm.app.leaderelection import USER_AGENT_SUFFIX, LeaderElectionConfig, LeaderElector, LeaseLock
+from pykcm.app.looplag import LoopHeartbeat
 from pykcm.client.config import ClientConfig
 from pykcm.client.events import EventRecorder
 from pykcm.client.fence import WriteFence
@@ -45,19 +45,6 @@ log = get_logger("leaderelection")
 T = TypeVar("T")
 
 FENCE_MARGIN = 0.2  # of the lease duration, at least 1 s: time for a checked request to reach the apiserver
-
-
-class LoopHeartbeat:
-    """The last time (monotonic) the main event loop ran a periodic callback."""
-
-    def __init__(self) -> None:
-        self.last = time.monotonic()
-
-    def beat(self) -> None:
-        self.last = time.monotonic()
-
-    def age(self) -> float:
-        return time.monotonic() - self.last
 
 
 def fence_window(config: LeaderElectionConfig) -> float:

@@ -1,19 +1,33 @@
-"""Event-loop lag: how late the one asyncio loop runs a callback that was due.
+"""Event-loop lag: how late the one asyncio loop runs a callback that was due, and what blocked it.
 
 Everything (informers, queues, workers, the Lease renewal) shares one loop, so anything that
 blocks it delays everything: this measures by how much. A task asks to wake every `interval`
-seconds and records how much later than asked it actually ran.
+seconds and records how much later than asked it actually ran; each wake-up is a heartbeat.
+
+The lag says that the loop was blocked, not by what: a plugin's sync calling a blocking library,
+say. BlockedLoopWatch, a thread of its own, sees the heartbeat stop and logs where the loop's
+thread is at that moment (its Python stack, class-qualified, so the plugin is named) and whether
+it was computing or waiting, then how long the stall lasted once the loop runs again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import sysconfig
+import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 
 from prometheus_client import Gauge, Histogram, disable_created_metrics
 
+from pykcm.util.log import get_logger
+
 disable_created_metrics()
+
+log = get_logger("event-loop")
 
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 SAMPLE_INTERVAL = 0.1
@@ -46,3 +60,90 @@ async def measure_event_loop_lag(
             highest = lag
             maximum.set(lag)
         on_tick()
+
+
+class LoopHeartbeat:
+    """The last time (monotonic) the main event loop ran a periodic callback."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
+
+    def age(self) -> float:
+        return time.monotonic() - self.last
+
+
+BLOCKED_REPORT_AFTER = 2.0  # under the Lease thread's heartbeat bound (5 s with KCM's defaults)
+WATCH_PERIOD = 0.25
+STACK_FRAMES = 8  # innermost frames logged: enough to reach the sync that called the blocking code
+_STDLIB = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
+
+
+class BlockedLoopWatch:
+    """Names what blocks the event loop: a daemon thread that, once the heartbeat is older than
+    `after`, samples the loop thread's stack and logs it, and logs again when the loop runs.
+
+    Built on the loop's thread (it samples the thread that built it). One line per stall, not per
+    poll: a wedged loop is reported once.
+    """
+
+    def __init__(self, heartbeat: LoopHeartbeat, after: float = BLOCKED_REPORT_AFTER,
+                 period: float = WATCH_PERIOD) -> None:
+        self._heartbeat = heartbeat
+        self._after = after
+        self._period = period
+        self._loop_thread = threading.get_ident()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="event-loop-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        stalled_since: float | None = None  # the last beat before a reported stall
+        while not self._stop.wait(self._period):
+            last = self._heartbeat.last
+            if stalled_since is None and time.monotonic() - last >= self._after:
+                stalled_since = last
+                self._report(time.monotonic() - last)
+            elif stalled_since is not None and last != stalled_since:
+                log.info("Event loop runs again", blocked_for=f"{last - stalled_since:.1f}s")
+                stalled_since = None
+
+    def _report(self, age: float) -> None:
+        cpu_before = _thread_cpu(self._loop_thread)
+        frame = sys._current_frames().get(self._loop_thread)
+        stack = _described_stack(frame)
+        time.sleep(min(0.1, self._period))  # computing or waiting: the loop thread's CPU over a moment
+        cpu = _thread_cpu(self._loop_thread)
+        state = "unknown" if cpu is None or cpu_before is None else "waiting"
+        if state == "waiting" and cpu - cpu_before > 0.05:
+            state = "computing"
+        log.warning("Event loop blocked", blocked_for=f"{age:.1f}s", at=stack[0] if stack else "unknown",
+                    state=state, stack=stack)
+
+
+def _thread_cpu(thread_id: int) -> float | None:
+    """CPU seconds the thread has used (Linux: its per-thread clock), or None where unknown."""
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(thread_id))
+    except (AttributeError, OSError):
+        return None
+
+
+def _described_stack(frame: FrameType | None) -> list[str]:
+    """The innermost frames outside the standard library (asyncio's own frames say nothing), as
+    "file.py:12 in Class.method", innermost first."""
+    described: list[str] = []
+    while frame is not None and len(described) < STACK_FRAMES:
+        code = frame.f_code
+        if not code.co_filename.startswith(_STDLIB) or "-packages" in code.co_filename:  # site-, dist-
+            name = getattr(code, "co_qualname", code.co_name)
+            described.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {name}")
+        frame = frame.f_back
+    return described

@@ -19,8 +19,8 @@ from dataclasses import replace
 from pykcm.app import metrics
 from pykcm.app.clientbuilder import ServiceAccountClientBuilder
 from pykcm.app.leaderelection import LeaderElectionConfig, new_identity
-from pykcm.app.leasethread import LoopHeartbeat, ThreadedElector
-from pykcm.app.looplag import measure_event_loop_lag
+from pykcm.app.leasethread import ThreadedElector
+from pykcm.app.looplag import BlockedLoopWatch, LoopHeartbeat, measure_event_loop_lag
 from pykcm.app.options import Options
 from pykcm.app.runner import MANAGER_NAME, ControllerRunner
 from pykcm.client.config import ClientConfig, load_config
@@ -82,6 +82,8 @@ class Manager:
     async def run(self, stop: asyncio.Event) -> None:
         memory.tune()
         lag = asyncio.create_task(measure_event_loop_lag(on_tick=self.heartbeat.beat), name="event-loop lag")
+        loop_watch = BlockedLoopWatch(self.heartbeat)
+        loop_watch.start()
         try:
             await self._wait_for_apiserver()
             await self._start_server()
@@ -91,6 +93,7 @@ class Manager:
                 await self._run_controllers(stop)
         finally:
             lag.cancel()
+            loop_watch.stop()
             if self._tls_refresh is not None:
                 self._tls_refresh.cancel()
                 await asyncio.gather(self._tls_refresh, return_exceptions=True)

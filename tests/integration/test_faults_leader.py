@@ -213,6 +213,9 @@ async def test_a_leader_whose_event_loop_is_wedged_loses_the_lease_and_exits(
     log = a.proc.log()
     assert code == 1, log[-3000:]
     assert '"Not renewing lease"' in log and "event loop has not run" in log, log[-3000:]
+    # The watch thread names the plugin's sync that blocked the loop (pykcm/app/looplag.py).
+    assert '"Event loop blocked"' in log and 'at="loop_stall.py:' in log, log[-3000:]
+    assert " in LoopStallController.sync" in log and 'state="waiting"' in log, log[-3000:]
     assert log.strip().splitlines()[-1] == "pykcm: error: leaderelection lost"
     assert_no_write_after_expiry(audited_plane, a, lease)
     report(f"leader's event loop wedged {WEDGE:g}s (until the standby leads)", took_over)
