@@ -271,8 +271,10 @@ class Manager:
             task.cancel()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self._drain_timeout)
-            for task in pending:
-                task.cancel()
+            for task, controller in zip(tasks, self.controllers, strict=True):
+                if task in pending:
+                    self._cut_short(controller)
+                    task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         # After a lost lease the fence refuses every write: nothing to flush.
         flush = min(EVENTS_FLUSH_TIMEOUT, self._drain_timeout)
@@ -281,6 +283,12 @@ class Manager:
             await self._service_accounts.close()
         await self.factory.shutdown()
         log.info("Stopped")
+
+    def _cut_short(self, controller: Controller) -> None:
+        """Say which syncs the drain timeout cancels: their work is redone by the next leader."""
+        if keys := sorted(map(str, controller.queue.in_flight())):
+            log.info("Shutdown cut syncs short", controller=controller.name, keys=keys,
+                     after=f"{self._drain_timeout:g}s")
 
 
 def _cannot_build(cls: type[Controller], err: Exception) -> ManagerError:

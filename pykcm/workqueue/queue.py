@@ -133,6 +133,10 @@ class Queue(Generic[T]):
     def shutting_down(self) -> bool:
         return self._shutting_down
 
+    def in_flight(self) -> list[T]:
+        """The items handed to workers and not yet done()."""
+        return list(self._processing)
+
     def processing_start_times(self) -> list[float]:
         """When each in-flight item was handed out, on the ``time.monotonic()`` scale.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import ssl
 import subprocess
@@ -18,6 +19,7 @@ import orjson
 import pytest
 from cryptography import x509
 
+from pykcm.app import manager as manager_module
 from pykcm.app.manager import Manager
 from pykcm.app.options import Options
 from pykcm.client.config import load_config
@@ -158,11 +160,12 @@ async def test_scenario_49_disabled_controllers_have_no_health_check(
 
 
 class BlockingController(Controller):
-    """Syncs of namespaces labelled `block=true` hang until released: a wedged controller."""
+    """Syncs of the namespaces named in `blocks` hang until released: a wedged controller."""
 
     name = "blocking-test-controller"
     queue_name = "blocking_test"
     release: ClassVar[asyncio.Event]
+    blocks: ClassVar[set[str]] = set()
 
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)
@@ -170,8 +173,7 @@ class BlockingController(Controller):
         self.namespaces.add_event_handler(on_add=self.enqueue, on_update=lambda _o, new: self.enqueue(new))
 
     async def sync(self, key: str) -> None:
-        namespace = self.namespaces.indexer.get(key)
-        if namespace and namespace["metadata"].get("labels", {}).get("block") == "true":
+        if key in self.blocks:  # a test's own namespace: another test's may be left terminating
             await self.release.wait()
 
 
@@ -190,11 +192,12 @@ async def test_a_stuck_controller_is_unready_and_reported_but_stays_live(
     task = asyncio.create_task(manager.run(stop))
     url = f"https://127.0.0.1:{port}"
     name = f"blocked-{uuid.uuid4().hex[:6]}"
+    BlockingController.blocks = {name}
     labels = {"controller": BlockingController.name}
     try:
         await asyncio.wait_for(manager.synced.wait(), 30)
         assert await https_get(f"{url}/readyz") == (200, "ok")
-        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"block": "true"}}}
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
         await client.create(NAMESPACES, body)
 
         async def unready() -> tuple[int, str] | None:
@@ -225,6 +228,41 @@ async def test_a_stuck_controller_is_unready_and_reported_but_stays_live(
         await asyncio.wait_for(task, 60)
         with contextlib.suppress(NotFound):
             await client.delete(NAMESPACES, name)
+
+
+async def test_a_sync_still_running_when_the_drain_times_out_is_named(
+    control_plane: ControlPlane, client: RestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On stop, a sync that outlasts the drain is cancelled and its key logged: the next leader redoes it."""
+    monkeypatch.setattr(manager_module, "SHUTDOWN_DRAIN_TIMEOUT", 0.5)
+    BlockingController.release = asyncio.Event()
+    options = Options(kubeconfig=str(control_plane.kubeconfig), leader_elect=False, secure_port=free_port(),
+                      bind_address="127.0.0.1")
+    manager = Manager(options, load_config(str(control_plane.kubeconfig)), [BlockingController])
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+    name = f"cut-{uuid.uuid4().hex[:6]}"
+    BlockingController.blocks = {name}
+    try:
+        await asyncio.wait_for(manager.synced.wait(), 30)
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        await client.create(NAMESPACES, body)
+        queue = manager.controllers[0].queue
+
+        async def blocked() -> bool:
+            return name in queue.in_flight()
+
+        await wait_for(blocked, timeout=15, interval=0.1, message="the sync blocked")
+        with caplog.at_level(logging.INFO, logger="pykcm"):
+            stop.set()
+            await asyncio.wait_for(task, 30)
+    finally:
+        BlockingController.release.set()
+        stop.set()
+        with contextlib.suppress(NotFound):
+            await client.delete(NAMESPACES, name)
+    cut = [r for r in caplog.records if r.getMessage() == "Shutdown cut syncs short"]
+    assert len(cut) == 1 and cut[0].kv == {"controller": BlockingController.name, "keys": [name], "after": "0.5s"}
 
 
 async def test_serves_the_given_certificate(control_plane: ControlPlane, tmp_path: Path) -> None:

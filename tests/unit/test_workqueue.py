@@ -82,8 +82,9 @@ async def test_readd_during_processing_waits_for_done_then_runs_again():
     q.add("a")
     assert len(q) == 0, "a key being processed must not be handed out again"
 
+    assert q.in_flight() == ["a"]
     q.done(item)
-    assert len(q) == 1
+    assert len(q) == 1 and q.in_flight() == []
     assert await q.get() == ("a", False)
     q.done("a")
     assert len(q) == 0
