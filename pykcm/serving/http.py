@@ -6,11 +6,18 @@ Response` handler; the answer is written with one transport.write(). Keep-alive 
 served one request at a time, in order. The endpoints take no body, so a Content-Length body is read
 and dropped up to a small cap (413 beyond it); a chunked body is not parsed at all: the request is
 answered and the connection closed, as Go's net/http does with a body too large to discard.
+
+On a TLS port the first five bytes are peeked at before the handshake: a plain-HTTP request there
+gets Go's net/http answer (400, "Client sent an HTTP request to an HTTPS server.") instead of a
+dropped connection, so a scraper set to `scheme: http` is told what is wrong.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate  # prometheus_client imports it anyway (urllib.request)
@@ -29,6 +36,9 @@ HEAD_TIMEOUT = 32.0  # ... and ReadHeaderTimeout: a request's head must be whole
 STOP_GRACE = 5.0  # stop() lets a request being handled finish this long before cutting it off
 _OWN_HEADERS = frozenset({"content-length", "date", "connection", "transfer-encoding"})  # written here only
 _PLAIN = "text/plain; charset=utf-8"
+# Go's tlsRecordHeaderLooksLikeHTTP: a first TLS record header that is a plain-HTTP request's start.
+_HTTP_ON_TLS = frozenset({b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"})
+_HTTP_ON_TLS_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
@@ -110,15 +120,16 @@ class HTTPServer:
         self.handler, self.idle_timeout, self.head_timeout = handler, idle_timeout, head_timeout
         self.connections: set[_Connection] = set()
         self._server: asyncio.AbstractServer | None = None
+        self._tls: ssl.SSLContext | None = None
+        self._admitting: set[asyncio.Task[None]] = set()  # TLS connections not yet past their handshake
 
     async def start(self, host: str, port: int, ssl_context: Any = None) -> int:
         """Listen; returns the port (the one picked when `port` is 0)."""
         loop = asyncio.get_running_loop()
-        # Go reads the first request, TLS handshake included, under ReadHeaderTimeout.
-        handshake = {"ssl_handshake_timeout": self.head_timeout} if ssl_context is not None else {}
-        self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, ssl=ssl_context, reuse_address=True, **handshake
-        )
+        self._tls = ssl_context
+        # With TLS, the listener's transports only accept: _admit() takes each socket over.
+        factory: Callable[[HTTPServer], asyncio.Protocol] = _Accepted if ssl_context is not None else _Connection
+        self._server = await loop.create_server(lambda: factory(self), host, port, reuse_address=True)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
@@ -126,6 +137,10 @@ class HTTPServer:
         if self._server is not None:
             self._server.close()
             self._server = None
+        if self._admitting:  # a handshake cut short closes its socket
+            for task in self._admitting:
+                task.cancel()
+            await asyncio.wait(list(self._admitting))
         conns = list(self.connections)
         for conn in conns:
             conn.shut()
@@ -133,6 +148,74 @@ class HTTPServer:
             await asyncio.wait([conn.lost for conn in conns], timeout=STOP_GRACE)
         for conn in list(self.connections):
             conn.abort()
+
+    async def _admit(self, sock: socket.socket) -> None:
+        """A TLS port's connection: plain HTTP is answered as Go answers it, the rest goes on to TLS."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.head_timeout  # Go's handshake deadline: the first record's header included
+        try:
+            async with asyncio.timeout_at(deadline):
+                head = await _peek(loop, sock, 5)
+        except BaseException as err:
+            _close(sock)
+            if isinstance(err, OSError):  # the timeout too: dropped without a word, as a failed handshake is
+                return
+            raise
+        if head in _HTTP_ON_TLS:
+            _close(sock, _HTTP_ON_TLS_ANSWER)  # unencrypted, as Go writes it
+            return
+        with contextlib.suppress(OSError):  # a failed handshake: the transport closes the socket, nothing is logged
+            await loop.connect_accepted_socket(
+                lambda: _Connection(self), sock, ssl=self._tls, ssl_handshake_timeout=max(deadline - loop.time(), 1e-3)
+            )
+
+
+class _Accepted(asyncio.Protocol):
+    """A TLS port's connection as accepted: its socket, duplicated, goes to _admit(); this transport closes unread."""
+
+    def __init__(self, server: HTTPServer) -> None:
+        self._server = server
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Peeking takes the socket itself, which a transport keeps; the duplicate keeps the connection open.
+        sock = transport.get_extra_info("socket").dup()
+        transport.abort()
+        if self._server._server is None:  # accepted while stopping
+            sock.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._server._admit(sock))
+        self._server._admitting.add(task)
+        task.add_done_callback(self._server._admitting.discard)
+
+
+async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes:
+    """The client's first `size` bytes, left in the socket for the TLS handshake; fewer if it closed sooner."""
+    sock.setblocking(False)
+    # Readable only once `size` bytes are in (or at EOF): a client trickling bytes wakes nothing.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
+    fd = sock.fileno()
+    try:
+        while True:
+            ready = loop.create_future()
+            loop.add_reader(fd, lambda fut=ready: fut.done() or fut.set_result(None))
+            try:
+                await ready
+            finally:
+                loop.remove_reader(fd)
+            with contextlib.suppress(BlockingIOError):
+                return sock.recv(size, socket.MSG_PEEK)
+    finally:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+
+
+def _close(sock: socket.socket, answer: bytes = b"") -> None:
+    """Close, once what came in is read (as Go's record reader has): unread bytes would make the close a
+    reset, which can reach the client before the answer does."""
+    with contextlib.suppress(OSError):
+        sock.recv(64 * 1024)
+    with contextlib.suppress(OSError):
+        sock.send(answer)
+    sock.close()
 
 
 class _Connection(asyncio.Protocol):

@@ -14,6 +14,7 @@ import orjson
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from pykcm.app import eventloop
 from pykcm.client.config import ClientConfig
 from pykcm.client.rest import RestClient
 from pykcm.serving import http
@@ -24,6 +25,7 @@ from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.http import HTTPServer, Request, Response
 from pykcm.serving.server import SecureServer
 from tests.support import free_port
+from tests.unit.test_fence import LOOPS, tls_contexts
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -308,6 +310,121 @@ async def test_tls_exposes_the_ssl_object(app: App, tmp_path: Path) -> None:
     ssl_object = app.requests[0].ssl_object
     assert ssl_object is not None and ssl_object.version().startswith("TLS")
     assert ssl_object.getpeercert() is None  # no client certificate asked for
+
+
+# Go's net/http answer to plain HTTP on its TLS port, unencrypted, before it closes the connection.
+PLAIN_HTTP_ON_TLS = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+
+
+@pytest.fixture
+async def tls_port(app: App, tmp_path: Path) -> AsyncIterator[tuple[int, ssl.SSLContext]]:
+    """A TLS port (default timeouts) and a client context for it."""
+    server_tls, client_tls = tls_contexts(tmp_path)
+    srv = HTTPServer(app)
+    port = await srv.start("127.0.0.1", 0, server_tls)
+    yield port, client_tls
+    await srv.stop()
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/healthz"), ("HEAD", "/"), ("POST", "/"), ("PUT", "/"), ("OPTIONS", "*")]
+)
+async def test_plain_http_on_the_tls_port_gets_go_s_400(
+    tls_port: tuple[int, ssl.SSLContext], app: App, method: str, path: str
+) -> None:
+    # Go tells plain HTTP by the first five bytes (tlsRecordHeaderLooksLikeHTTP), where a TLS record header is.
+    reader, writer = await connect(tls_port[0])
+    writer.write(get(path, method=method))
+    assert await asyncio.wait_for(reader.read(), 5) == PLAIN_HTTP_ON_TLS  # and then EOF, not a reset
+    writer.close()
+    assert app.requests == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"hello world\r\n", get("/", method="DELETE"), get("/", method="PATCH"), b"get / HTTP/1.1\r\n\r\n", b"GET"],
+    ids=["junk", "DELETE", "PATCH", "lower-case", "short-then-eof"],
+)
+async def test_anything_else_that_is_not_tls_is_dropped_without_a_word(
+    tls_port: tuple[int, ssl.SSLContext], app: App, data: bytes
+) -> None:
+    # Go's five prefixes only; the rest fails the handshake, at once (not at the 32 s head timeout).
+    reader, writer = await connect(tls_port[0])
+    writer.write(data)
+    if data == b"GET":
+        writer.write_eof()  # fewer than five bytes, then EOF: TLS gets them, as it would anything
+    assert await closed(reader)
+    writer.close()
+    assert app.requests == []
+
+
+async def test_tls_clients_are_served_beside_plain_http_ones(tls_port: tuple[int, ssl.SSLContext]) -> None:
+    port, client_tls = tls_port
+    plain = await connect(port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_tls)
+    plain[1].write(get("/"))
+    for path in ("/a", "/b"):
+        writer.write(get(path))
+        assert (await read_response(reader))[2] == f"GET {path}".encode()
+    assert await asyncio.wait_for(plain[0].read(), 5) == PLAIN_HTTP_ON_TLS
+    plain[1].close()
+    writer.close()
+
+
+async def test_a_tls_client_that_stalls_is_cut_off_by_the_head_timeout(app: App, tmp_path: Path) -> None:
+    # Go's deadline covers the TLS handshake from the connection on, its first record's header included:
+    # nothing sent, a prefix of "GET /", a record header with no record.
+    srv = HTTPServer(app, idle_timeout=30, head_timeout=0.2)
+    port = await srv.start("127.0.0.1", 0, tls_contexts(tmp_path)[0])
+    loop = asyncio.get_running_loop()
+    try:
+        for data in (b"", b"GE", b"\x16\x03\x01\x02\x00"):
+            reader, writer = await connect(port)
+            writer.write(data)
+            start = loop.time()
+            assert await closed(reader), data
+            assert 0.1 < loop.time() - start < 2, data
+            writer.close()
+    finally:
+        await srv.stop()
+
+
+async def test_stop_closes_tls_connections_still_before_their_handshake(app: App, tmp_path: Path) -> None:
+    srv = HTTPServer(app)
+    port = await srv.start("127.0.0.1", 0, tls_contexts(tmp_path)[0])
+    peeking, handshaking = await connect(port), await connect(port)
+    handshaking[1].write(b"\x16\x03\x01\x02\x00")
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(srv.stop(), 5)
+    for reader, writer in (peeking, handshaking):
+        assert await closed(reader)
+        writer.close()
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_either_event_loop_tells_plain_http_from_tls(loop: str, tmp_path: Path) -> None:
+    """uvloop's accepted sockets, readers and TLS transports: the peek leaves the bytes for the handshake."""
+    server_tls, client_tls = tls_contexts(tmp_path)
+
+    async def scenario() -> list[bytes]:
+        srv = HTTPServer(App())
+        port = await srv.start("127.0.0.1", 0, server_tls)
+        answers = []
+        try:
+            for data in (get("/healthz"), b"hello world\r\n"):
+                reader, writer = await connect(port)
+                writer.write(data)
+                answers.append(await asyncio.wait_for(reader.read(), 5))
+                writer.close()
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_tls)
+            writer.write(get("/tls"))
+            answers.append((await read_response(reader))[2])
+            writer.close()
+        finally:
+            await srv.stop()
+        return answers
+
+    assert eventloop.run(scenario(), use_uvloop=loop == "uvloop") == [PLAIN_HTTP_ON_TLS, b"", b"GET /tls"]
 
 
 async def secure_server(always_allow: list[str]) -> SecureServer:
