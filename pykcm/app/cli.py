@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pykcm import __version__
-from pykcm.app import eventloop
+from pykcm.app import eventloop, stackdump
 from pykcm.app.options import (
     Options,
     OptionsError,
@@ -194,6 +194,7 @@ async def _serve(manager, watch: ControlPlane | None = None) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
+    stackdump.install(loop)
     watchdog = asyncio.create_task(_watch_local_cluster(watch, stop)) if watch else None
     try:
         await manager.run(stop)

@@ -112,7 +112,9 @@ class Controller(ABC):
         (the manager is stopping; the next leader lists everything again)."""
         count = self.worker_count()
         self.log.info("Starting workers", controller=self.name, workers=count)
-        await asyncio.gather(*(self._worker() for _ in range(count)))
+        # Named: a SIGQUIT dump (pykcm/app/stackdump.py) lists tasks by name.
+        await asyncio.gather(*(asyncio.create_task(self._worker(), name=f"{self.name} worker {i}")
+                               for i in range(count)))
 
     async def _worker(self) -> None:
         while True:

@@ -52,6 +52,27 @@ async def test_run_syncs_caches_works_and_stops_cleanly_on_sigterm(control_plane
         proc.kill()
 
 
+async def test_sigquit_dumps_every_thread_and_task_and_exits_2_as_kcm_does(control_plane, tmp_path):
+    proc = PykcmProcess(
+        "--kubeconfig", str(control_plane.kubeconfig), "--controllers", "serviceaccount",
+        log_path=tmp_path / "pykcm.log",
+    )
+    try:
+        await proc.wait_for_log("Caches are synced")
+        proc.signal(signal.SIGQUIT)
+        assert await proc.wait(30) == 2, proc.log()[-2000:]
+    finally:
+        proc.kill()
+    dump = proc.log().split("SIGQUIT: quit\n", 1)[1]
+    for part in ("thread MainThread:", "thread event-loop-watch:", "task 'controller serviceaccount-controller':",
+                 "task 'serviceaccount-controller worker 0':"):
+        assert f"\n{part}\n" in dump, dump
+    worker = dump.split("\ntask 'serviceaccount-controller worker 0':\n", 1)[1].split("\n\n", 1)[0]
+    # Down the chain of awaits: from the worker loop to where it waits (the queue, or a request).
+    assert "in _worker\n" in worker and worker.count("  File ") >= 2, worker
+    assert "Traceback" not in proc.log()
+
+
 async def test_run_local_starts_its_own_control_plane_serves_and_stops(tmp_path):
     port = free_port()
     proc = PykcmProcess(
