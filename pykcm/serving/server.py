@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import unquote
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, REGISTRY, generate_latest
 
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.serving.authn import DelegatingAuthenticator, Unauthenticated
@@ -29,6 +29,7 @@ from pykcm.serving.healthz import HealthCheck, checks_for, evaluate, run_check
 from pykcm.serving.http import HTTPServer, Request, Response
 from pykcm.util.log import get_logger, one_line
 
+_NAME_ESCAPINGS = frozenset({"allow-utf-8", "underscores", "dots", "values"})
 log = get_logger("server")
 
 HEALTH_ENDPOINTS = ("healthz", "livez", "readyz")
@@ -152,7 +153,8 @@ class SecureServer:
         return _text(500, f"internal server error: {reason}\n")
 
     async def _metrics(self, request: Request) -> Response:
-        return Response(200, generate_latest(REGISTRY), {"Content-Type": CONTENT_TYPE_LATEST})
+        content_type = metrics_content_type(request.headers.get("Accept", ""))
+        return Response(200, generate_latest(REGISTRY), {"Content-Type": content_type})
 
 
 _PLAIN = "text/plain; charset=utf-8"
@@ -164,3 +166,27 @@ def _not_found() -> Response:
 
 def _text(status: int, body: str) -> Response:
     return Response(status, body.encode(), {"X-Content-Type-Options": "nosniff", "Content-Type": _PLAIN})
+
+
+def metrics_content_type(accept: str) -> str:
+    """KCM's /metrics Content-Type for `accept` (prometheus/common's expfmt.Negotiate, text only):
+    the text format 0.0.4 with the name escaping the Accept asks for, underscores by default.
+    prometheus_client's CONTENT_TYPE_LATEST says version=1.0.0 for the same bytes (pykcm's
+    metric names need no escaping, so the bytes do not depend on it)."""
+    escaping = "underscores"
+    entries = []
+    for entry in accept.split(","):
+        media_type, *params = (part.strip() for part in entry.split(";"))
+        values = dict(param.partition("=")[::2] for param in params)
+        try:
+            quality = float(values.get("q") or 1)
+        except ValueError:
+            quality = 1.0
+        entries.append((quality, media_type, values))
+    entries.sort(key=lambda e: -e[0])  # by quality, as goautoneg.ParseAccept (stable, as a Prometheus Accept needs)
+    for _, media_type, values in entries:
+        if values.get("escaping") in _NAME_ESCAPINGS:
+            escaping = values["escaping"]
+        if media_type == "text/plain" and values.get("version", "0.0.4") in ("0.0.4", ""):
+            break
+    return f"{CONTENT_TYPE_PLAIN_0_0_4}; escaping={escaping}"

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from pykcm.app import eventloop
 from pykcm.client.config import ClientConfig
@@ -23,7 +22,7 @@ from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError, self_signed_certificate
 from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.http import HTTPServer, Request, Response
-from pykcm.serving.server import SecureServer
+from pykcm.serving.server import SecureServer, metrics_content_type
 from tests.support import free_port
 from tests.unit.test_fence import LOOPS, tls_contexts
 
@@ -469,7 +468,7 @@ async def test_the_secure_port_routes_what_it_serves() -> None:
         reader, writer = await connect(server.port)
         writer.write(get("/metrics", method="HEAD") + get("/healthz/ping", "Connection: close"))
         status, headers, _ = await read_response(reader, head_only=True)
-        assert status == "HTTP/1.1 200 OK" and headers["content-type"] == CONTENT_TYPE_LATEST
+        assert status == "HTTP/1.1 200 OK" and headers["content-type"] == metrics_content_type("")
         assert int(headers["content-length"]) > 0
         assert (await read_response(reader))[2] == b"ok"  # the HEAD answer carried no body
         writer.close()
@@ -503,3 +502,19 @@ async def test_an_authorizer_that_cannot_be_asked_is_a_plain_500() -> None:
     finally:
         await server.stop()
         await unreachable.close()
+
+
+PROMETHEUS_3_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;"
+    "q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+
+
+# What the built KCM (v1.36.3) answered to each Accept, by curl.
+@pytest.mark.parametrize(
+    ("accept", "escaping"),
+    [("", "underscores"), (PROMETHEUS_3_ACCEPT, "allow-utf-8"), ("*/*", "underscores"),
+     ("text/plain;version=0.0.4;q=0.3,*/*;q=0.2", "underscores"), ("text/plain;version=1.0.0;escaping=dots", "dots")],
+)
+def test_the_metrics_content_type_is_kcms(accept: str, escaping: str) -> None:
+    assert metrics_content_type(accept) == f"text/plain; version=0.0.4; charset=utf-8; escaping={escaping}"
