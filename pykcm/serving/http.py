@@ -4,8 +4,8 @@ aiohttp's server cost 0.1-0.2 s of CPU at every start only to be imported. Here 
 protocol that parses requests as bytes arrive and hands each one, whole, to an `async (Request) ->
 Response` handler; the answer is written with one transport.write(). Keep-alive and pipelining are
 served one request at a time, in order. The endpoints take no body, so a Content-Length body is read
-and dropped up to a small cap (413 beyond it); a chunked body is not parsed at all: the request is
-answered and the connection closed, as Go's net/http does with a body too large to discard.
+and dropped up to Go's cap; a larger or a chunked body is not read at all: the request is answered
+and the connection closed, as Go's net/http does with a body too large to discard.
 
 On a TLS port the first five bytes are peeked at before the handshake: a plain-HTTP request there
 gets Go's net/http answer (400, "Client sent an HTTP request to an HTTPS server.") instead of a
@@ -30,7 +30,7 @@ from pykcm.util.log import get_logger
 log = get_logger("server")
 
 MAX_HEAD = (1 << 20) + 4096  # request line and headers: Go's DefaultMaxHeaderBytes plus its 4 KiB slack
-MAX_BODY = 64 * 1024  # a body these endpoints ignore: read and dropped up to this, refused beyond it
+MAX_BODY = 256 * 1024  # Go's maxPostHandlerReadBytes: a body under it is read and dropped, one as large is not read
 IDLE_TIMEOUT = 90.0  # the apiserver's secure serving: IdleTimeout
 HEAD_TIMEOUT = 32.0  # ... and ReadHeaderTimeout: a request's head must be whole this long after it began
 STOP_GRACE = 5.0  # stop() lets a request being handled finish this long before cutting it off
@@ -330,9 +330,9 @@ class _Connection(asyncio.Protocol):
             value = headers.get("content-length", "0")
             if not value.isdigit() or not value.isascii():
                 raise _Failure(400)
-            length = int(value) if len(value) < 16 else MAX_BODY + 1  # int() refuses 4300 digits and more
-            if length > MAX_BODY:
-                raise _Failure(413)
+            length = int(value) if len(value) < 16 else MAX_BODY  # int() refuses 4300 digits and more
+            if length >= MAX_BODY:
+                length, close = 0, True  # answered unread, then closed
             if len(buf) - body_start < length:
                 if not self._continued and headers.get("expect", "").lower() == "100-continue":
                     self._continued = True  # the client waits for this before it sends the body
