@@ -163,8 +163,8 @@ class RestClient:
         protobuf is asked for (client/protobuf.py) and JSON accepted, as client-go does: the
         server answers JSON for a type it cannot encode as protobuf (a custom resource)."""
         host = self._transport.host_label
-        waited = await self._limiter.wait()
-        metrics.rate_limiter_duration_by("GET", host).observe(waited)
+        # Not rate limited, as client-go's Watch is not (the reflector backs off on its own): a
+        # re-watch after an outage does not wait behind writes, nor take their tokens.
         server_timeout = float(params.get("timeoutSeconds") or 0)
         read_timeout = server_timeout + WATCH_READ_MARGIN if server_timeout else None
         timeout = Timeout(connect=WATCH_CONNECT_TIMEOUT, read=read_timeout)

@@ -4,6 +4,8 @@ chunks, blank lines, and lines longer than aiohttp's readline limit; protobuf fr
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 import pytest
@@ -117,3 +119,28 @@ def test_an_event_that_does_not_decode_names_its_object() -> None:
     with pytest.raises(UndecodableEvent, match=r"^cannot decode the protobuf watch event of ns/bad: ") as err:
         decoder.event(watch_event(field(1, field(1, "bad") + field(3, "ns")) + cut_short))
     assert err.value.key == "ns/bad"
+
+
+async def test_a_watch_does_not_wait_for_the_rate_limiter() -> None:
+    """As client-go's Watch: with the token bucket empty, a (re-)watch goes out at once."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") != "true":
+            return web.json_response({"kind": "ConfigMapList", "items": []})
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(event("w") + b"\n")
+        return resp
+
+    async with loopback_server(handle) as url:
+        client = RestClient(ClientConfig(host=url, ssl_context=None, qps=0.01, burst=1))
+        try:
+            await client.request("GET", CONFIGMAPS.path("ns"))  # the bucket's one token
+            events = await asyncio.wait_for(_collect(client.watch(CONFIGMAPS.path("ns"), {})), 5)
+        finally:
+            await client.close()
+    assert [e["object"]["metadata"]["name"] for e in events] == ["w"]
+
+
+async def _collect(stream: AsyncIterator[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e async for e in stream]
