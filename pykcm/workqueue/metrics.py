@@ -16,8 +16,18 @@ from prometheus_client.registry import Collector
 
 disable_created_metrics()
 
-# ExponentialBuckets(10e-9, 10, 10)
-WORKQUEUE_BUCKETS = tuple(10e-9 * 10**i for i in range(10))
+
+def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
+    """Prometheus Go client's ExponentialBuckets, by repeated multiplication as it does: the same
+    floats to the last bit (9.999999999999999e-06, not 1e-05), so the `le` labels match KCM's."""
+    buckets = []
+    for _ in range(count):
+        buckets.append(start)
+        start *= factor
+    return tuple(buckets)
+
+
+WORKQUEUE_BUCKETS = exponential_buckets(10e-9, 10, 10)
 
 workqueue_depth = Gauge("workqueue_depth", "Current depth of workqueue", ["name"])
 workqueue_adds = Counter("workqueue_adds_total", "Total number of adds handled by workqueue", ["name"])
