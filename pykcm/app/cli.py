@@ -94,7 +94,8 @@ def run(
     authorization_always_allow_paths: Annotated[str, typer.Option(help="Comma-separated HTTP paths served without authorization (exact, or prefix ending in '*').")] = ",".join(_defaults.authorization_always_allow_paths),
     uvloop: Annotated[bool, typer.Option("--uvloop/--no-uvloop", help="Run on uvloop's event loop where it is installed (less CPU per request); --no-uvloop runs on asyncio's own.")] = _defaults.uvloop,
     verbosity: Annotated[int, typer.Option("-v", "--v", min=0, help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
-    logging_format: Annotated[LogFormat, typer.Option(help="Log format.")] = LogFormat.text,
+    logging_format: Annotated[LogFormat, typer.Option(
+        help="Log format: text (klog) or json (KCM's keys: ts in milliseconds, logger, caller, msg, v).")] = LogFormat.text,
 ) -> None:
     """Run the controller manager."""
     options = Options(

@@ -44,15 +44,15 @@ class Logger:
 
     def info(self, msg: str, **kv: Any) -> None:
         if self._level <= _verbosity:
-            self._logger.info(msg, extra={"kv": kv, "v": self._level})
+            self._logger.info(msg, extra={"kv": kv, "v": self._level}, stacklevel=2)
 
     def warning(self, msg: str, **kv: Any) -> None:
-        self._logger.warning(msg, extra={"kv": kv, "v": 0})
+        self._logger.warning(msg, extra={"kv": kv, "v": 0}, stacklevel=2)
 
     def error(self, err: BaseException | str | None, msg: str, **kv: Any) -> None:
         if err is not None:
             kv = {**kv, "err": one_line(err)}
-        self._logger.error(msg, extra={"kv": kv, "v": 0})
+        self._logger.error(msg, extra={"kv": kv, "v": 0}, stacklevel=2)
 
 
 def get_logger(name: str) -> Logger:
@@ -93,14 +93,18 @@ class KlogFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
+    """KCM's JSON lines (component-base's zap encoder): "ts" in milliseconds since the epoch, the
+    logger's name, "caller" as dir/file:line, "msg", "v", then the key-values; pykcm adds "level"
+    to warnings and errors."""
+
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {"ts": record.created, "v": getattr(record, "v", 0)}
+        caller = f"{os.path.basename(os.path.dirname(record.pathname))}/{record.filename}:{record.lineno}"
+        entry: dict[str, Any] = {"ts": record.created * 1000, "logger": record.name.removeprefix("pykcm."),
+                                 "caller": caller, "msg": record.getMessage(), "v": getattr(record, "v", 0)}
         if record.levelno >= logging.ERROR:
             entry["level"] = "error"
         elif record.levelno == logging.WARNING:
             entry["level"] = "warning"
-        entry["logger"] = record.name.removeprefix("pykcm.")
-        entry["msg"] = record.getMessage()
         entry.update(getattr(record, "kv", {}))
         return orjson.dumps(entry, default=str).decode()
 

@@ -3,6 +3,7 @@
 import json
 import logging
 import re
+import time
 
 from pykcm.util import log
 
@@ -36,6 +37,10 @@ def test_json_lines_carry_key_values_and_verbosity(capsys):
     assert [entry["msg"] for entry in lines] == ["Too few replicas", "Finished syncing", "Error syncing"]
     assert lines[0]["replicaSet"] == "ns/web" and lines[0]["v"] == 0 and lines[1]["v"] == 4
     assert lines[2]["level"] == "error" and lines[2]["err"] == "quota exceeded"
+    # As KCM's JSON: milliseconds since the epoch, and where the line was logged from.
+    assert abs(lines[0]["ts"] - time.time() * 1000) < 60_000
+    assert lines[0]["logger"] == "replicaset" and re.fullmatch(r"unit/test_log\.py:\d+", lines[0]["caller"])
+    assert list(lines[0])[:5] == ["ts", "logger", "caller", "msg", "v"]
 
 
 def test_a_verbosity_level_logger_is_made_once() -> None:
