@@ -36,6 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},  # pflag's -h, which KCM has
 )
 testenv_app = typer.Typer(help="Start and stop a real local control plane (etcd + kube-apiserver).", no_args_is_help=True)
 app.add_typer(testenv_app, name="testenv")
@@ -60,6 +61,12 @@ def _duration(flag: str, text: str) -> float:
         return parse_duration(text)
     except OptionsError as err:
         raise typer.BadParameter(str(err), param_hint=flag) from None
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"pykcm {__version__}")
+        raise typer.Exit()
 
 
 @app.command()
@@ -94,6 +101,8 @@ def run(
     authorization_always_allow_paths: Annotated[str, typer.Option(help="Comma-separated HTTP paths served without authorization (exact, or prefix ending in '*').")] = ",".join(_defaults.authorization_always_allow_paths),
     uvloop: Annotated[bool, typer.Option("--uvloop/--no-uvloop", help="Run on uvloop's event loop where it is installed (less CPU per request); --no-uvloop runs on asyncio's own.")] = _defaults.uvloop,
     verbosity: Annotated[int, typer.Option("-v", "--v", min=0, help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
+    show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                               help="Print the version and exit.")] = False,
     logging_format: Annotated[LogFormat, typer.Option(
         help="Log format: text (klog) or json (KCM's keys: ts in milliseconds, logger, caller, msg, v).")] = LogFormat.text,
 ) -> None:
@@ -319,11 +328,41 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 # KCM's boolean flags (pflag) take `--flag`, `--flag=true` and `--flag=false`; typer's flag pairs
 # take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working,
-# as does splitting pflag's `-v=4`, which click would read as the value "=4".
+# as does splitting pflag's `-v=4`, which click would read as the value "=4", and joining the
+# repeats of a list flag, which pflag appends where click keeps the last.
 _GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials")
+_GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths")
 
 
-def _translate_go_bool_flags(argv: list[str]) -> list[str]:
+def _translate_pflag_forms(argv: list[str]) -> list[str]:
+    return _join_list_flags(_translate_bool_and_v(argv))
+
+
+def _join_list_flags(argv: list[str]) -> list[str]:
+    """`--controllers=a --controllers b` → `--controllers=a,b`, where the first one stood."""
+    out: list[str] = []
+    first: dict[str, int] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return out + argv[i:]
+        flag, sep, value = arg.partition("=")
+        if flag in _GO_LIST_FLAGS and (sep or i + 1 < len(argv)):
+            if not sep:
+                value, i = argv[i + 1], i + 1
+            if flag in first:
+                out[first[flag]] += f",{value}"
+            else:
+                first[flag] = len(out)
+                out.append(f"{flag}={value}")
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
+def _translate_bool_and_v(argv: list[str]) -> list[str]:
     out: list[str] = []
     for i, arg in enumerate(argv):
         if arg == "--":
@@ -344,7 +383,7 @@ def _translate_go_bool_flags(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = _translate_go_bool_flags(sys.argv[1:] if argv is None else list(argv))
+        args = _translate_pflag_forms(sys.argv[1:] if argv is None else list(argv))
         result = app(args=args, prog_name="pykcm", standalone_mode=False)
     except UsageError as err:
         if type(err).__name__ == "NoArgsIsHelpError":

@@ -139,7 +139,7 @@ def test_renew_deadline_just_above_jittered_retry_period_is_valid() -> None:
     ],
 )
 def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[str]) -> None:
-    assert cli._translate_go_bool_flags(argv) == translated
+    assert cli._translate_pflag_forms(argv) == translated
 
 
 @pytest.mark.parametrize(
@@ -171,5 +171,24 @@ def test_an_os_error_is_one_line_with_the_path(tmp_path, capsys: pytest.CaptureF
     assert err[-1] == f"pykcm: error: Not a directory: {not_a_dir / 'sub'}"
 
 
+@pytest.mark.parametrize(
+    ("argv", "translated"),
+    [
+        (["run", "--controllers=replicaset", "-v", "2", "--controllers", "namespace"],
+         ["run", "--controllers=replicaset,namespace", "-v", "2"]),
+        (["run", "--authorization-always-allow-paths=/a", "--authorization-always-allow-paths=/b"],
+         ["run", "--authorization-always-allow-paths=/a,/b"]),
+        (["run", "--controllers"], ["run", "--controllers"]),  # no value: click's error
+    ],
+)
+def test_repeated_list_flags_are_joined_as_pflag_appends_them(argv: list[str], translated: list[str]) -> None:
+    assert cli._translate_pflag_forms(argv) == translated
+
+
 def test_pflag_short_verbosity_with_equals_is_read_as_kcm_reads_it() -> None:
-    assert cli._translate_go_bool_flags(["run", "-v=4", "--v=2"]) == ["run", "-v", "4", "--v=2"]
+    assert cli._translate_pflag_forms(["run", "-v=4", "--v=2"]) == ["run", "-v", "4", "--v=2"]
+
+
+def test_dash_h_and_version_work_as_kcms(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", "-h"]) == 0 and "--concurrent-replicaset-syncs" in capsys.readouterr().out
+    assert cli.main(["run", "--version"]) == 0 and capsys.readouterr().out.startswith("pykcm ")
