@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pykcm import __version__
-from pykcm.app import eventloop, stackdump
+from pykcm.app import eventloop, kcmflags, stackdump
 from pykcm.app.options import (
     Options,
     OptionsError,
@@ -147,7 +147,13 @@ def run(
 
     from pykcm.controller import discover_controllers
 
+    if ignored := (ctx.obj or {}).get("kcm_ignored"):
+        log.warning("Ignoring kube-controller-manager flags for what pykcm does not run or serve", flags=ignored)
     registry = discover_controllers()
+    ours = {name for info in registry.values() for name in (info.name, *info.aliases)}
+    options.controllers, left = kcmflags.left_to_kcm(options.controllers, ours)
+    if left:
+        log.warning("Leaving to kube-controller-manager the controllers pykcm does not have", controllers=left)
     try:
         enabled = resolve_controllers(options.controllers, registry.values())
     except OptionsError as err:
@@ -384,7 +390,13 @@ def _translate_bool_and_v(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _translate_pflag_forms(sys.argv[1:] if argv is None else list(argv))
-        result = app(args=args, prog_name="pykcm", standalone_mode=False)
+        kcm = kcmflags.KcmFlags()
+        if args[:1] == ["run"]:
+            args, kcm = kcmflags.split_kcm_flags(args)
+        if kcm.refused:
+            refused = ", ".join(kcm.refused)
+            raise UsageError(f"pykcm does not implement {refused}: ignored, it would serve weaker TLS than asked")
+        result = app(args=args, prog_name="pykcm", standalone_mode=False, obj={"kcm_ignored": kcm.ignored})
     except UsageError as err:
         if type(err).__name__ == "NoArgsIsHelpError":
             typer.echo(err.ctx.get_help() if err.ctx else "", err=True)

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from pykcm.app import cli
+from pykcm.app import cli, kcmflags
 from pykcm.app.options import ControllerInfo, Options, OptionsError, parse_bool, parse_duration, resolve_controllers
 
 KNOWN = [
@@ -192,3 +192,26 @@ def test_pflag_short_verbosity_with_equals_is_read_as_kcm_reads_it() -> None:
 def test_dash_h_and_version_work_as_kcms(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", "-h"]) == 0 and "--concurrent-replicaset-syncs" in capsys.readouterr().out
     assert cli.main(["run", "--version"]) == 0 and capsys.readouterr().out.startswith("pykcm ")
+
+
+def test_kcm_flags_pykcm_does_not_act_on_are_taken_out_with_their_values() -> None:
+    argv = ["run", "--allocate-node-cidrs", "--cluster-cidr", "10.244.0.0/16", "--profiling=false", "-v", "2",
+            "--feature-gates=A=true", "--cluster-cidr=x", "--tls-min-version", "VersionTLS13", "--", "--cluster-name"]
+    kept, found = kcmflags.split_kcm_flags(argv)
+    assert kept == ["run", "-v", "2", "--", "--cluster-name"]
+    assert found.ignored == ["--allocate-node-cidrs", "--cluster-cidr", "--profiling", "--feature-gates"]
+    assert found.refused == ["--tls-min-version"]
+
+
+def test_kcm_only_controllers_are_left_to_kcm() -> None:
+    spec = ["*", "bootstrapsigner", "-tokencleaner", "-replicaset", "deployment-controller", "nope"]
+    kept, left = kcmflags.left_to_kcm(spec, {"replicaset", "replicaset-controller", "namespace"})
+    assert kept == ["*", "-replicaset", "nope"]  # an unknown name stays, for the usual error
+    assert left == ["bootstrapsigner", "tokencleaner", "deployment-controller"]
+
+
+def test_tls_flags_pykcm_cannot_honour_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", "--tls-cipher-suites=TLS_AES_128_GCM_SHA256", "--tls-min-version", "VersionTLS13"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pykcm: error: pykcm does not implement --tls-cipher-suites, --tls-min-version: ignored, it would "
+                   "serve weaker TLS than asked"]
