@@ -96,6 +96,8 @@ def run(
     bind_address: Annotated[str, typer.Option(help="IP address to listen on (0.0.0.0 for all IPv4 interfaces).")] = _defaults.bind_address,
     tls_cert_file: Annotated[str | None, typer.Option(help="Serving certificate (PEM); a self-signed one is generated in memory if omitted.")] = None,
     tls_private_key_file: Annotated[str | None, typer.Option(help="Private key for --tls-cert-file (PEM).")] = None,
+    tls_min_version: Annotated[str, typer.Option(help="Minimum TLS version served: VersionTLS10, VersionTLS11, VersionTLS12 (the default) or VersionTLS13.")] = "",
+    tls_cipher_suites: Annotated[str, typer.Option(help="Comma-separated cipher suites (Go's names) served for TLS 1.2 and below; TLS 1.3's suites are not configurable, as in KCM. Empty: OpenSSL's default list.")] = "",
     authentication_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create tokenreviews; defaults to the main credentials.")] = None,
     authorization_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create subjectaccessreviews; defaults to the main credentials.")] = None,
     authorization_always_allow_paths: Annotated[str, typer.Option(help="Comma-separated HTTP paths served without authorization (exact, or prefix ending in '*').")] = ",".join(_defaults.authorization_always_allow_paths),
@@ -131,6 +133,8 @@ def run(
         bind_address=bind_address,
         tls_cert_file=tls_cert_file,
         tls_private_key_file=tls_private_key_file,
+        tls_min_version=tls_min_version,
+        tls_cipher_suites=[c.strip() for c in tls_cipher_suites.split(",") if c.strip()],
         authentication_kubeconfig=authentication_kubeconfig,
         authorization_kubeconfig=authorization_kubeconfig,
         authorization_always_allow_paths=[p.strip() for p in authorization_always_allow_paths.split(",") if p.strip()],
@@ -337,7 +341,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 # as does splitting pflag's `-v=4`, which click would read as the value "=4", and joining the
 # repeats of a list flag, which pflag appends where click keeps the last.
 _GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials")
-_GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths")
+_GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths", "--tls-cipher-suites")
 
 
 def _translate_pflag_forms(argv: list[str]) -> list[str]:
@@ -395,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
             args, kcm = kcmflags.split_kcm_flags(args)
         if kcm.refused:
             refused = ", ".join(kcm.refused)
-            raise UsageError(f"pykcm does not implement {refused}: ignored, it would serve weaker TLS than asked")
+            raise UsageError(f"pykcm does not implement {refused}: ignored, it would serve other TLS than asked")
         result = app(args=args, prog_name="pykcm", standalone_mode=False, obj={"kcm_ignored": kcm.ignored})
     except UsageError as err:
         if type(err).__name__ == "NoArgsIsHelpError":

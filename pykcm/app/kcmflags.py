@@ -4,7 +4,7 @@ A platform team copies KCM's flags (kubeadm's static pod, a hardened profile) to
 them configure controllers KCM keeps running (node IPAM, signing, garbage collection, ...),
 serving features pykcm lacks in a way that fails closed (request-header auth, SNI certificates,
 profiling), or logging and metrics plumbing: pykcm accepts those, says once which it ignores,
-and starts. Three would make it serve weaker TLS than asked if ignored: those are refused.
+and starts. One would make it serve other TLS than asked if ignored (curves): it is refused.
 Controllers that KCM has and pykcm does not (`--controllers=*,bootstrapsigner,tokencleaner`)
 are left to KCM, said once likewise. Flags of KCM v1.36.3's `--help`; pykcm's own are not here.
 """
@@ -66,7 +66,7 @@ IGNORED_BOOL_FLAGS = _words("""
 --log-json-split-stream --log-text-split-stream --permit-address-sharing --permit-port-sharing --profiling
 """)
 
-REFUSED_FLAGS = frozenset({"--tls-cipher-suites", "--tls-min-version", "--tls-curve-preferences"})
+REFUSED_FLAGS = frozenset({"--tls-curve-preferences"})
 
 # Every controller name and alias KCM v1.36.3 knows (its --help and its controller descriptors).
 KCM_CONTROLLERS = _words("""

@@ -36,6 +36,7 @@ from pykcm.serving.certs import ServingError, load_client_ca, read_client_ca
 from pykcm.serving.dynamiccerts import DynamicServingTLS
 from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import SecureServer
+from pykcm.serving.tlspolicy import tls_policy
 from pykcm.util import memory
 from pykcm.util.log import get_logger, one_line
 
@@ -133,7 +134,8 @@ class Manager:
         authz_client = self._delegated_client(opts.authorization_kubeconfig, "authorization-delegator")
         try:
             tls = DynamicServingTLS(
-                opts.tls_cert_file, opts.tls_private_key_file, opts.bind_address, await load_client_ca(authn_client)
+                opts.tls_cert_file, opts.tls_private_key_file, opts.bind_address, await load_client_ca(authn_client),
+                tls_policy(opts.tls_min_version, opts.tls_cipher_suites),
             )
             server = SecureServer(
                 opts.bind_address,

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from pykcm.client.protobuf import PROTOBUF
 from pykcm.client.rest import JSON
+from pykcm.serving.tlspolicy import tls_policy
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -145,6 +146,8 @@ class Options:
     bind_address: str = "0.0.0.0"
     tls_cert_file: str | None = None
     tls_private_key_file: str | None = None
+    tls_min_version: str = ""  # component-base's default: VersionTLS12
+    tls_cipher_suites: list[str] = field(default_factory=list)  # Go's names; empty: OpenSSL's default list
     authentication_kubeconfig: str | None = None  # None: the main credentials
     authorization_kubeconfig: str | None = None  # None: the main credentials
     authorization_always_allow_paths: list[str] = field(default_factory=lambda: list(DEFAULT_ALWAYS_ALLOW_PATHS))
@@ -206,6 +209,12 @@ class Options:
             raise OptionsError(f"--bind-address {self.bind_address!r} is not an IP address") from None
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
             raise OptionsError("--tls-cert-file and --tls-private-key-file must be given together")
+        for flag, check in (("--tls-min-version", lambda: tls_policy(min_version=self.tls_min_version)),
+                            ("--tls-cipher-suites", lambda: tls_policy(cipher_suites=self.tls_cipher_suites))):
+            try:
+                check()
+            except ValueError as err:
+                raise OptionsError(f"{flag}: {err}") from None
         for path in self.authorization_always_allow_paths:
             if not path.startswith("/"):
                 raise OptionsError(f"--authorization-always-allow-paths entry {path!r} must start with /")

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.serving.certs import ServingError, load_in_memory_pair, self_signed_certificate
+from pykcm.serving.tlspolicy import TLSPolicy
 from pykcm.util.errors import os_error_message
 from pykcm.util.log import get_logger, one_line
 from pykcm.util.pem import pem_pair_problem
@@ -36,7 +37,11 @@ FetchCA = Callable[[], Awaitable[str | None]]
 
 
 class DynamicServingTLS:
-    def __init__(self, cert_file: str | None, key_file: str | None, bind_address: str, client_ca: str | None) -> None:
+    def __init__(
+        self, cert_file: str | None, key_file: str | None, bind_address: str, client_ca: str | None,
+        policy: TLSPolicy | None = None,
+    ) -> None:
+        self._policy = policy or TLSPolicy()  # --tls-min-version and --tls-cipher-suites, on every context
         self.cert_file = cert_file if cert_file and key_file else None
         self.key_file = key_file if cert_file and key_file else None
         try:
@@ -137,10 +142,9 @@ class DynamicServingTLS:
             stats.append((st.st_mtime_ns, st.st_size, st.st_ino))
         return tuple(stats)
 
-    @staticmethod
-    def _build(pair: tuple[bytes, bytes], client_ca: str | None) -> ssl.SSLContext:
+    def _build(self, pair: tuple[bytes, bytes], client_ca: str | None) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._policy.apply(ctx)
         load_in_memory_pair(ctx, *pair)
         if client_ca:
             ctx.load_verify_locations(cadata=client_ca)

@@ -196,11 +196,12 @@ def test_dash_h_and_version_work_as_kcms(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_kcm_flags_pykcm_does_not_act_on_are_taken_out_with_their_values() -> None:
     argv = ["run", "--allocate-node-cidrs", "--cluster-cidr", "10.244.0.0/16", "--profiling=false", "-v", "2",
-            "--feature-gates=A=true", "--cluster-cidr=x", "--tls-min-version", "VersionTLS13", "--", "--cluster-name"]
+            "--feature-gates=A=true", "--cluster-cidr=x", "--tls-curve-preferences", "23", "--tls-min-version",
+            "VersionTLS13", "--", "--cluster-name"]
     kept, found = kcmflags.split_kcm_flags(argv)
-    assert kept == ["run", "-v", "2", "--", "--cluster-name"]
+    assert kept == ["run", "-v", "2", "--tls-min-version", "VersionTLS13", "--", "--cluster-name"]
     assert found.ignored == ["--allocate-node-cidrs", "--cluster-cidr", "--profiling", "--feature-gates"]
-    assert found.refused == ["--tls-min-version"]
+    assert found.refused == ["--tls-curve-preferences"]
 
 
 def test_kcm_only_controllers_are_left_to_kcm() -> None:
@@ -210,8 +211,19 @@ def test_kcm_only_controllers_are_left_to_kcm() -> None:
     assert left == ["bootstrapsigner", "tokencleaner", "deployment-controller"]
 
 
-def test_tls_flags_pykcm_cannot_honour_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["run", "--tls-cipher-suites=TLS_AES_128_GCM_SHA256", "--tls-min-version", "VersionTLS13"]) == 2
+def test_a_tls_flag_pykcm_cannot_honour_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", "--tls-curve-preferences=23,29", "--tls-min-version", "VersionTLS13"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["pykcm: error: pykcm does not implement --tls-cipher-suites, --tls-min-version: ignored, it would "
-                   "serve weaker TLS than asked"]
+    assert err == ["pykcm: error: pykcm does not implement --tls-curve-preferences: ignored, it would serve other "
+                   "TLS than asked"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["run", "--tls-min-version=VersionTLS9"], '--tls-min-version: unknown tls version "VersionTLS9"'),
+     (["run", "--tls-cipher-suites=TLS_AES_128_GCM_SHA256", "--tls-cipher-suites", "RC4"],
+      "--tls-cipher-suites: Cipher suite RC4 not supported or doesn't exist")],
+)
+def test_bad_tls_names_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"pykcm: error: {message} (see 'pykcm run --help')"
