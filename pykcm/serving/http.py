@@ -25,6 +25,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from pykcm.serving.listen import create_server
 from pykcm.util.log import get_logger
 
 log = get_logger("server")
@@ -123,13 +124,14 @@ class HTTPServer:
         self._tls: ssl.SSLContext | None = None
         self._admitting: set[asyncio.Task[None]] = set()  # TLS connections not yet past their handshake
 
-    async def start(self, host: str, port: int, ssl_context: Any = None) -> int:
+    async def start(self, host: str | None, port: int, ssl_context: Any = None) -> int:
         """Listen; returns the port (the one picked when `port` is 0)."""
         loop = asyncio.get_running_loop()
         self._tls = ssl_context
         # With TLS, the listener's transports only accept: _admit() takes each socket over.
         factory: Callable[[HTTPServer], asyncio.Protocol] = _Accepted if ssl_context is not None else _Connection
-        self._server = await loop.create_server(lambda: factory(self), host, port, reuse_address=True)
+        # Every interface (0.0.0.0, ::, ""): both IP families on one socket, as KCM listens.
+        self._server = await create_server(loop, lambda: factory(self), host, port)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
