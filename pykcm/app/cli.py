@@ -93,7 +93,7 @@ def run(
     leader_elect_resource_name: Annotated[str, typer.Option(help="Name of the Lease used for leader election.")] = _defaults.leader_elect_resource_name,
     leader_elect_resource_namespace: Annotated[str, typer.Option(help="Namespace of the Lease used for leader election.")] = _defaults.leader_elect_resource_namespace,
     secure_port: Annotated[int, typer.Option(help="HTTPS port for /healthz, /livez, /readyz and /metrics; 0 disables serving.")] = _defaults.secure_port,
-    bind_address: Annotated[str, typer.Option(help="IP address to listen on (0.0.0.0 for all IPv4 interfaces).")] = _defaults.bind_address,
+    bind_address: Annotated[str, typer.Option(help="IP address to listen on. If blank or an unspecified address (0.0.0.0 or ::), all interfaces and IP address families are used, as in KCM.")] = _defaults.bind_address,
     tls_cert_file: Annotated[str | None, typer.Option(help="Serving certificate (PEM); a self-signed one is generated in memory if omitted.")] = None,
     tls_private_key_file: Annotated[str | None, typer.Option(help="Private key for --tls-cert-file (PEM).")] = None,
     tls_min_version: Annotated[str, typer.Option(help="Minimum TLS version served: VersionTLS10, VersionTLS11, VersionTLS12 (the default) or VersionTLS13.")] = "",
@@ -130,7 +130,7 @@ def run(
         leader_elect_resource_name=leader_elect_resource_name,
         leader_elect_resource_namespace=leader_elect_resource_namespace,
         secure_port=secure_port,
-        bind_address=bind_address,
+        bind_address=bind_address or _defaults.bind_address,  # pflag leaves an IP flag set to "" as it was
         tls_cert_file=tls_cert_file,
         tls_private_key_file=tls_private_key_file,
         tls_min_version=tls_min_version,

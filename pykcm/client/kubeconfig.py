@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from pykcm.util.hostport import join_host_port
 from pykcm.util.log import one_line
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -80,8 +81,7 @@ def in_cluster() -> Credentials | None:
     token = FileToken(token_path)
     if token() is None:
         return None
-    address = f"[{host}]" if ":" in host else host
-    return Credentials(host=f"https://{address}:{port}", ca_file=ca_path, token_source=token)
+    return Credentials(host=f"https://{join_host_port(host, port)}", ca_file=ca_path, token_source=token)
 
 
 def _load_yaml(path: str) -> Any:

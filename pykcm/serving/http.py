@@ -132,7 +132,8 @@ class HTTPServer:
         factory: Callable[[HTTPServer], asyncio.Protocol] = _Accepted if ssl_context is not None else _Connection
         # Every interface (0.0.0.0, ::, ""): both IP families on one socket, as KCM listens.
         self._server = await create_server(loop, lambda: factory(self), host, port)
-        return int(self._server.sockets[0].getsockname()[1])
+        self.sockname: tuple[str, int] = self._server.sockets[0].getsockname()[:2]  # ("::", 10257)
+        return int(self.sockname[1])
 
     async def stop(self) -> None:
         """Stop listening, close idle connections, let busy ones finish their answer (STOP_GRACE at most)."""

@@ -27,6 +27,7 @@ from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError
 from pykcm.serving.healthz import HealthCheck, checks_for, evaluate, run_check
 from pykcm.serving.http import HTTPServer, Request, Response
+from pykcm.util.hostport import join_host_port
 from pykcm.util.log import get_logger, one_line
 
 _NAME_ESCAPINGS = frozenset({"allow-utf-8", "underscores", "dots", "values"})
@@ -82,9 +83,9 @@ class SecureServer:
         except OSError as err:
             # asyncio's message repeats the address as a Python tuple: the errno's own words suffice
             reason = os.strerror(err.errno).lower() if err.errno else err.strerror or str(err)
-            raise ServingError(f"failed to listen on {self.host}:{self.port}: {reason}") from None
+            raise ServingError(f"failed to listen on {join_host_port(self.host, self.port)}: {reason}") from None
         self._http = http
-        log.info("Serving securely", address=f"{self.host}:{self.port}")
+        log.info("Serving securely", address=join_host_port(*http.sockname))  # the listener's, as KCM: [::]:10257
 
     async def stop(self) -> None:
         if self._http is not None:

@@ -26,6 +26,7 @@ from pykcm.serving.certs import ServingError, self_signed_certificate
 from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.http import HTTPServer, Request, Response
 from pykcm.serving.server import SecureServer, metrics_content_type
+from pykcm.util.hostport import join_host_port
 from tests.support import free_port
 from tests.unit.test_fence import LOOPS, tls_contexts
 
@@ -479,6 +480,16 @@ def test_an_unspecified_address_listens_on_both_ip_families(host: str, client: s
     # As KCM: Go's net.Listen("tcp") on 0.0.0.0 or :: is one IPv6 socket with IPV6_V6ONLY=0, where
     # asyncio's own create_server("::") would be IPv6-only and create_server("0.0.0.0") IPv4-only.
     assert answers(host, [client], loop == "uvloop") == [True]
+
+
+@pytest.mark.parametrize(("host", "address"), [("0.0.0.0", "[::]:"), ("127.0.0.1", "127.0.0.1:")])
+async def test_the_listening_address_is_the_sockets(host: str, address: str) -> None:
+    srv = HTTPServer(App())
+    port = await srv.start(host, 0)
+    try:
+        assert join_host_port(*srv.sockname) == f"{address}{port}"  # KCM logs "Serving securely on [::]:10257"
+    finally:
+        await srv.stop()
 
 
 @NEEDS_IPV6
