@@ -59,6 +59,13 @@ class ClientConfig:
         return tls_context(self.ca_file, self.verify_tls, self.cert_file, self.key_file)
 
 
+# client-go's words, then where pykcm looks (client-go's hint, KUBERNETES_MASTER, is not read here).
+_NO_CONFIGURATION = (
+    "invalid configuration: no configuration has been provided: give --kubeconfig or --master, set KUBECONFIG "
+    "or ~/.kube/config, or run in a pod with a service account token"
+)
+
+
 def load_config(kubeconfig: str | None = None, master: str | None = None, context: str | None = None) -> ClientConfig:
     """Resolve credentials as KCM does: --kubeconfig, else in-cluster, else the default kubeconfig.
 
@@ -77,6 +84,8 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
     elif master:
         creds = Credentials(host=master)
     else:
+        if not any(map(os.path.exists, kubeconfig_paths())):
+            raise ConfigError(_NO_CONFIGURATION)
         path = default_kubeconfig_path()
         simple = simple_kubeconfig(path, context) if path else None
         creds = simple or _package_credentials(None, context)

@@ -121,3 +121,12 @@ def test_tls_files_that_are_not_pem_are_named(tmp_path):
     authority = r"^invalid TLS configuration: certificate authority: .*no certificate or crl found$"
     with pytest.raises(ConfigError, match=authority):
         tls_context(str(not_pem))
+
+
+def test_no_configuration_at_all_says_where_pykcm_looks(tmp_path, monkeypatch):
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    with pytest.raises(ConfigError) as err:
+        load_config()
+    assert str(err.value).startswith("invalid configuration: no configuration has been provided: give --kubeconfig")
