@@ -31,7 +31,19 @@ rest_client_rate_limiter_duration = Histogram(
     buckets=REST_BUCKETS,
 )
 
+SIZE_BUCKETS = (64, 256, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)  # 64 B to 16 MiB
+rest_client_request_size = Histogram(
+    "rest_client_request_size_bytes", "Request size in bytes. Broken down by verb and host.", ["verb", "host"],
+    buckets=SIZE_BUCKETS,
+)
+rest_client_response_size = Histogram(
+    "rest_client_response_size_bytes", "Response size in bytes. Broken down by verb and host.", ["verb", "host"],
+    buckets=SIZE_BUCKETS,
+)
+
 # Memoised children for the request path (see promlabels).
 requests_by = Children(rest_client_requests)
 request_duration_by = Children(rest_client_request_duration)
 rate_limiter_duration_by = Children(rest_client_rate_limiter_duration)
+request_size_by = Children(rest_client_request_size)
+response_size_by = Children(rest_client_response_size)

@@ -142,7 +142,10 @@ class RestClient:
                 raise TransportError(f"{method} {path}: {one_line(exc)}") from None
             finally:
                 metrics.request_duration_by(method, host).observe(time.monotonic() - start)
+                metrics.request_size_by(method, host).observe(len(data) if data else 0)  # as client-go: sent or not
             metrics.requests_by(str(resp.status), method, host).inc()
+            if resp.status != 429 or attempt == MAX_THROTTLE_RETRIES:  # the answer the caller gets
+                metrics.response_size_by(method, host).observe(len(resp.body))
             if resp.status < 300:
                 if not resp.body:
                     return None

@@ -95,6 +95,10 @@ async def test_scenario_47_metrics_have_client_go_names_labels_and_buckets(
     assert sample(text, "rest_client_requests_total", {"code": "200", "method": "PUT", "host": host}) > 0  # lease
     assert buckets(text, "rest_client_request_duration_seconds", {"verb": "GET", "host": host}) == REST_BUCKETS
     assert buckets(text, "rest_client_rate_limiter_duration_seconds", {"verb": "GET", "host": host}) == REST_BUCKETS
+    for histogram in ("rest_client_request_size_bytes", "rest_client_response_size_bytes"):  # 64 B to 16 MiB
+        assert len(buckets(text, histogram, {"verb": "POST", "host": host})) == 12, histogram
+        assert sample(text, f"{histogram}_sum", {"verb": "POST", "host": host}) > 0, histogram
+    assert sample(text, "rest_client_request_size_bytes_sum", {"verb": "GET", "host": host}) == 0  # no body
 
     # Leader election and the manager.
     assert sample(text, "leader_election_master_status", {"name": lease}) == 1
