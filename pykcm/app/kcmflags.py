@@ -35,7 +35,7 @@ IGNORED_VALUE_FLAGS = _words("""
 --concurrent-resourceclaim-syncs --concurrent-service-endpoint-syncs --concurrent-service-syncs
 --concurrent-serviceaccount-token-syncs --concurrent-statefulset-syncs
 --concurrent-ttl-after-finished-syncs --concurrent-validating-admission-policy-status-syncs
---controller-shutdown-timeout --controller-start-interval --disabled-metrics --emulated-version
+--controller-start-interval --disabled-metrics --emulated-version
 --endpoint-updates-batch-period --endpointslice-updates-batch-period --external-cloud-volume-plugin
 --feature-gates --flex-volume-plugin-dir --horizontal-pod-autoscaler-cpu-initialization-period
 --horizontal-pod-autoscaler-downscale-stabilization --horizontal-pod-autoscaler-initial-readiness-delay

@@ -44,10 +44,10 @@ log = get_logger("controller-manager")
 
 EVENT_COMPONENT = "pykcm"  # source of the LeaderElection events (KCM: kube-controller-manager)
 APISERVER_HEALTH_TIMEOUT = 10.0  # KCM gives up building its controller context after 10 s
-# On SIGTERM no new sync starts and in-flight ones get this long, then queued events as long again
-# (KCM cancels everything at once): well inside a pod's 30 s grace, so the Lease is released
-# before the kubelet kills the process. Work cut short is redone by the next leader from its lists.
-SHUTDOWN_DRAIN_TIMEOUT = 5.0
+# On SIGTERM no new sync starts and in-flight ones get --controller-shutdown-timeout (5 s by default,
+# KCM's 10 s: KCM cancels everything at once and waits that long for its controllers to return),
+# then queued events up to EVENTS_FLUSH_TIMEOUT: well inside a pod's 30 s grace, so the Lease is
+# released before the kubelet kills the process. Work cut short is redone by the next leader.
 EVENTS_FLUSH_TIMEOUT = 2.0
 DELEGATED_AUTH_QPS, DELEGATED_AUTH_BURST = 200.0, 400  # KCM's TokenReview/SubjectAccessReview clients
 
@@ -76,7 +76,7 @@ class Manager:
         self._tls_refresh: asyncio.Task | None = None
         # What /healthz reports: leaderElection (when electing), then one per started controller.
         self.health_checks: list[HealthCheck] = []
-        self._drain_timeout = SHUTDOWN_DRAIN_TIMEOUT
+        self._drain_timeout = options.controller_shutdown_timeout
         self._extra_clients: list[RestClient] = []
         self._service_accounts: ServiceAccountClientBuilder | None = None
 

@@ -131,6 +131,7 @@ class Options:
     kube_api_burst: int = 30
     kube_api_content_type: str = PROTOBUF  # KCM's default; pykcm reads protobuf only for the pods watch
     min_resync_period: float = 12 * 3600.0
+    controller_shutdown_timeout: float = 5.0  # in-flight syncs' time on SIGTERM (KCM's default is 10 s)
     local: bool = False
     use_service_account_credentials: bool = False
     # Leader election (client-go defaults; KCM's lease is kube-system/kube-controller-manager, ours "pykcm").
@@ -166,6 +167,8 @@ class Options:
             )
         if self.namespace_sync_period <= 0 or self.min_resync_period < 0:
             raise OptionsError("--namespace-sync-period must be positive and --min-resync-period not negative")
+        if self.controller_shutdown_timeout < 0:
+            raise OptionsError("--controller-shutdown-timeout must not be negative")
         if self.local and (self.kubeconfig or self.master):
             raise OptionsError("--local starts its own control plane; do not combine it with --kubeconfig/--master")
         self._validate_leader_election()

@@ -19,7 +19,6 @@ import orjson
 import pytest
 from cryptography import x509
 
-from pykcm.app import manager as manager_module
 from pykcm.app.manager import Manager
 from pykcm.app.options import Options
 from pykcm.client.config import load_config
@@ -231,13 +230,12 @@ async def test_a_stuck_controller_is_unready_and_reported_but_stays_live(
 
 
 async def test_a_sync_still_running_when_the_drain_times_out_is_named(
-    control_plane: ControlPlane, client: RestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    control_plane: ControlPlane, client: RestClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     """On stop, a sync that outlasts the drain is cancelled and its key logged: the next leader redoes it."""
-    monkeypatch.setattr(manager_module, "SHUTDOWN_DRAIN_TIMEOUT", 0.5)
     BlockingController.release = asyncio.Event()
     options = Options(kubeconfig=str(control_plane.kubeconfig), leader_elect=False, secure_port=free_port(),
-                      bind_address="127.0.0.1")
+                      bind_address="127.0.0.1", controller_shutdown_timeout=0.5)
     manager = Manager(options, load_config(str(control_plane.kubeconfig)), [BlockingController])
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run(stop))

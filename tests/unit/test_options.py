@@ -154,6 +154,7 @@ def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[s
         (["run", "--kube-api-content-type=protobuf"], "--kube-api-content-type must be"),
         (["run", "--local-nodes=2"], "--local-nodes applies only with --local"),
         (["run", "--v=-1"], "'-v' / '--v'"),  # klog's level is not negative
+        (["run", "--controller-shutdown-timeout=-1s"], "--controller-shutdown-timeout must not be negative"),
     ],
 )
 def test_bad_flags_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
