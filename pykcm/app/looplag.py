@@ -77,6 +77,7 @@ class LoopHeartbeat:
 
 BLOCKED_REPORT_AFTER = 2.0  # under the Lease thread's heartbeat bound (5 s with KCM's defaults)
 WATCH_PERIOD = 0.25
+COMPUTING_SHARE = 0.1  # of the stall's wall time on the loop thread's CPU clock: computing; a wait uses ~0
 STACK_FRAMES = 8  # innermost frames logged: enough to reach the sync that called the blocking code
 _STDLIB = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
 
@@ -106,24 +107,28 @@ class BlockedLoopWatch:
 
     def _watch(self) -> None:
         stalled_since: float | None = None  # the last beat before a reported stall
+        mark = (time.monotonic(), _thread_cpu(self._loop_thread))  # while the loop ran: a stall's CPU from here
         while not self._stop.wait(self._period):
-            last = self._heartbeat.last
-            if stalled_since is None and time.monotonic() - last >= self._after:
+            last, now = self._heartbeat.last, time.monotonic()
+            if now - last < self._after / 2:
+                mark = (now, _thread_cpu(self._loop_thread))
+            elif stalled_since is None and now - last >= self._after:
                 stalled_since = last
-                self._report(time.monotonic() - last)
-            elif stalled_since is not None and last != stalled_since:
+                self._report(now - last, mark)
+            if stalled_since is not None and last != stalled_since:
                 log.info("Event loop runs again", blocked_for=f"{last - stalled_since:.1f}s")
                 stalled_since = None
 
-    def _report(self, age: float) -> None:
-        cpu_before = _thread_cpu(self._loop_thread)
-        frame = sys._current_frames().get(self._loop_thread)
-        stack = _described_stack(frame)
-        time.sleep(min(0.1, self._period))  # computing or waiting: the loop thread's CPU over a moment
-        cpu = _thread_cpu(self._loop_thread)
-        state = "unknown" if cpu is None or cpu_before is None else "waiting"
-        if state == "waiting" and cpu - cpu_before > 0.05:
-            state = "computing"
+    def _report(self, age: float, mark: tuple[float, float | None]) -> None:
+        stack = _described_stack(sys._current_frames().get(self._loop_thread))
+        # Computing or waiting: the loop thread's CPU since the loop last ran, over the stall so far
+        # (a long window, so a thread short of CPU on a busy node still reads as computing).
+        since, cpu_then = mark
+        cpu_now = _thread_cpu(self._loop_thread)
+        state = "unknown"
+        if cpu_now is not None and cpu_then is not None:
+            busy = (cpu_now - cpu_then) / max(time.monotonic() - since, 1e-3)
+            state = "computing" if busy > COMPUTING_SHARE else "waiting"
         log.warning("Event loop blocked", blocked_for=f"{age:.1f}s", at=stack[0] if stack else "unknown",
                     state=state, stack=stack)
 
