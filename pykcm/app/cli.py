@@ -354,42 +354,31 @@ def _join_list_flags(argv: list[str]) -> list[str]:
     """`--controllers=a --controllers b` → `--controllers=a,b`, where the first one stood."""
     out: list[str] = []
     first: dict[str, int] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return out + argv[i:]
-        flag, sep, value = arg.partition("=")
-        if flag in _GO_LIST_FLAGS and (sep or i + 1 < len(argv)):
-            if not sep:
-                value, i = argv[i + 1], i + 1
-            if flag in first:
-                out[first[flag]] += f",{value}"
+    for word in kcmflags.pflag_words(argv, _GO_LIST_FLAGS.__contains__):
+        if word.flag in _GO_LIST_FLAGS and word.value is not None:
+            if word.flag in first:
+                out[first[word.flag]] += f",{word.value}"
             else:
-                first[flag] = len(out)
-                out.append(f"{flag}={value}")
+                first[word.flag] = len(out)
+                out.append(f"{word.flag}={word.value}")
         else:
-            out.append(arg)
-        i += 1
+            out += word.words
     return out
 
 
 def _translate_bool_and_v(argv: list[str]) -> list[str]:
     out: list[str] = []
-    for i, arg in enumerate(argv):
-        if arg == "--":
-            return out + argv[i:]
-        flag, sep, value = arg.partition("=")
-        if sep and flag in _GO_BOOL_FLAGS:
+    for word in kcmflags.pflag_words(argv):
+        if word.value is not None and word.flag in _GO_BOOL_FLAGS:
             try:
-                enabled = parse_bool(value)
+                enabled = parse_bool(word.value)
             except OptionsError as err:
-                raise UsageError(f"invalid argument {value!r} for {flag}: {err}") from None
-            out.append(flag if enabled else f"--no-{flag.removeprefix('--')}")
-        elif sep and flag == "-v":
-            out += [flag, value]
+                raise UsageError(f"invalid argument {word.value!r} for {word.flag}: {err}") from None
+            out.append(word.flag if enabled else f"--no-{word.flag.removeprefix('--')}")
+        elif word.value is not None and word.flag == "-v":
+            out += [word.flag, word.value]
         else:
-            out.append(arg)
+            out += word.words
     return out
 
 

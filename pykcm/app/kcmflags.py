@@ -11,6 +11,7 @@ are left to KCM, said once likewise. Flags of KCM v1.36.3's `--help`; pykcm's ow
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 
@@ -107,25 +108,49 @@ class KcmFlags:
     refused: list[str] = field(default_factory=list)
 
 
-def split_kcm_flags(argv: list[str]) -> tuple[list[str], KcmFlags]:
-    """`argv` without the KCM flags pykcm ignores or refuses (with their values), and which."""
-    kept: list[str] = []
-    found = KcmFlags()
+@dataclass(frozen=True)
+class Word:
+    """One flag of a pflag command line with its value, or one other word."""
+
+    flag: str  # `--name` or `-v`; the word itself where it is no flag
+    value: str | None  # after `=`, or the next word for a flag that takes one
+    words: list[str]  # as given: one word, or two; everything from a `--` on
+
+
+def pflag_words(argv: list[str], takes_value: Callable[[str], bool] = lambda _: False) -> Iterator[Word]:
+    """`argv` as pflag reads it: a flag that takes a value takes the next word unless it has `=`."""
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
-            return kept + argv[i:], found
-        flag, sep, _ = arg.partition("=")
-        takes_value = flag in IGNORED_VALUE_FLAGS or flag in REFUSED_FLAGS
-        if takes_value or flag in IGNORED_BOOL_FLAGS:
-            bucket = found.refused if flag in REFUSED_FLAGS else found.ignored
-            if flag not in bucket:
-                bucket.append(flag)
-            i += 2 if takes_value and not sep else 1  # pflag: a value flag takes the next word
-            continue
-        kept.append(arg)
+            yield Word(arg, None, argv[i:])
+            return
+        flag, sep, value = arg.partition("=")
+        if sep:
+            yield Word(flag, value, [arg])
+        elif takes_value(flag) and i + 1 < len(argv):
+            yield Word(flag, argv[i + 1], argv[i : i + 2])
+            i += 1
+        else:
+            yield Word(flag, None, [arg])
         i += 1
+
+
+def split_kcm_flags(argv: list[str]) -> tuple[list[str], KcmFlags]:
+    """`argv` without the KCM flags pykcm ignores or refuses (with their values), and which."""
+
+    def takes_value(flag: str) -> bool:
+        return flag in IGNORED_VALUE_FLAGS or flag in REFUSED_FLAGS
+
+    kept: list[str] = []
+    found = KcmFlags()
+    for word in pflag_words(argv, takes_value):
+        if takes_value(word.flag) or word.flag in IGNORED_BOOL_FLAGS:
+            bucket = found.refused if word.flag in REFUSED_FLAGS else found.ignored
+            if word.flag not in bucket:
+                bucket.append(word.flag)
+        else:
+            kept += word.words
     return kept, found
 
 
