@@ -287,10 +287,14 @@ class Manager:
         log.info("Stopped")
 
     def _cut_short(self, controller: Controller) -> None:
-        """Say which syncs the drain timeout cancels: their work is redone by the next leader."""
-        if keys := sorted(map(str, controller.queue.in_flight())):
+        """Say which syncs the stop cancels: their work is redone by the next leader."""
+        if not (keys := sorted(map(str, controller.queue.in_flight()))):
+            return
+        if self._drain_timeout > 0:
             log.info("Shutdown cut syncs short", controller=controller.name, keys=keys,
                      after=f"{self._drain_timeout:g}s")
+        else:  # a lost lease, or --controller-shutdown-timeout=0: there was no drain to outlast
+            log.info("Stopped without a drain, syncs cut short", controller=controller.name, keys=keys)
 
 
 def _cannot_build(cls: type[Controller], err: Exception) -> ManagerError:

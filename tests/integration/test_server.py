@@ -229,13 +229,18 @@ async def test_a_stuck_controller_is_unready_and_reported_but_stays_live(
             await client.delete(NAMESPACES, name)
 
 
+@pytest.mark.parametrize(
+    ("drain", "message", "after"),
+    [(0.5, "Shutdown cut syncs short", {"after": "0.5s"}), (0.0, "Stopped without a drain, syncs cut short", {})],
+)
 async def test_a_sync_still_running_when_the_drain_times_out_is_named(
-    control_plane: ControlPlane, client: RestClient, caplog: pytest.LogCaptureFixture
+    control_plane: ControlPlane, client: RestClient, caplog: pytest.LogCaptureFixture,
+    drain: float, message: str, after: dict[str, str],
 ) -> None:
     """On stop, a sync that outlasts the drain is cancelled and its key logged: the next leader redoes it."""
     BlockingController.release = asyncio.Event()
     options = Options(kubeconfig=str(control_plane.kubeconfig), leader_elect=False, secure_port=free_port(),
-                      bind_address="127.0.0.1", controller_shutdown_timeout=0.5)
+                      bind_address="127.0.0.1", controller_shutdown_timeout=drain)
     manager = Manager(options, load_config(str(control_plane.kubeconfig)), [BlockingController])
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run(stop))
@@ -259,8 +264,8 @@ async def test_a_sync_still_running_when_the_drain_times_out_is_named(
         stop.set()
         with contextlib.suppress(NotFound):
             await client.delete(NAMESPACES, name)
-    cut = [r for r in caplog.records if r.getMessage() == "Shutdown cut syncs short"]
-    assert len(cut) == 1 and cut[0].kv == {"controller": BlockingController.name, "keys": [name], "after": "0.5s"}
+    cut = [r for r in caplog.records if r.getMessage() == message]
+    assert len(cut) == 1 and cut[0].kv == {"controller": BlockingController.name, "keys": [name], **after}
 
 
 async def test_serves_the_given_certificate(control_plane: ControlPlane, tmp_path: Path) -> None:
