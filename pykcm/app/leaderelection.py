@@ -185,7 +185,9 @@ class LeaderElector:
         self._event_on_loss = event_on_loss  # False: a fenced leader writes nothing once the lease may be gone
         self._reported_leader = ""
         metrics.leader_election_master_status.labels(self.name).set(0)
-        metrics.leader_election_slowpath.labels(self.name)  # present from the start, like client-go's
+        # Present from the start, where client-go's appears on the first slow path: Prometheus'
+        # advice for a known label, so that rate() reads 0 rather than no data.
+        metrics.leader_election_slowpath.labels(self.name)
 
     @property
     def identity(self) -> str:
