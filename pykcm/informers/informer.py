@@ -64,6 +64,10 @@ class SharedInformer:
         # The resourceVersion the cache (and every handler) has caught up to: client-go's
         # LastSyncResourceVersion of the store, moved by lists, events and bookmarks alike.
         self._synced_resource_version = ""
+        labels = (metrics.INFORMER_NAME, resource.group, resource.version, resource.plural)
+        metrics.informer_queued_items.labels(*labels).set_function(self._deltas.__len__)  # read at scrape
+        self._processing_latency = metrics.informer_processing_latency.labels(*labels)
+        self._store_resource_version = metrics.informer_store_resource_version.labels(*labels)
 
     # -- configuration --------------------------------------------------------------------------------
 
@@ -165,10 +169,12 @@ class SharedInformer:
     async def _process(self) -> None:
         while True:
             delta = await self._deltas.pop()
+            started = time.perf_counter()
             try:
                 await self._apply_yielding(delta)
             except Exception as err:  # a broken handler must not stop the informer
                 log.error(err, "Handler failed", resource=self.resource.name)
+            self._processing_latency.observe(time.perf_counter() - started)
             metrics.informer_objects_by(self.resource.name).set(len(self.indexer))
 
     async def _apply_yielding(self, delta: Delta) -> None:
@@ -187,6 +193,8 @@ class SharedInformer:
             self._apply_to_cache(delta)
         if delta.resource_version:
             self._synced_resource_version = delta.resource_version
+            if (value := metrics.store_resource_version_value(delta.resource_version)) is not None:
+                self._store_resource_version.set(value)
 
     def _apply_to_cache(self, delta: Delta) -> None:
         if delta.type is DeltaType.BOOKMARK:

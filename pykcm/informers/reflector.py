@@ -279,8 +279,6 @@ class Reflector:
         if not rv:
             return
         self.last_resource_version = rv
-        if rv.isdigit():
-            metrics.informer_resource_version_by(self.label).set(int(rv))
 
 
 __all__ = ["ApiError", "Reflector", "strip_managed_fields"]

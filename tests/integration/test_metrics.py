@@ -100,6 +100,14 @@ async def test_scenario_47_metrics_have_client_go_names_labels_and_buckets(
         assert sample(text, f"{histogram}_sum", {"verb": "POST", "host": host}) > 0, histogram
     assert sample(text, "rest_client_request_size_bytes_sum", {"verb": "GET", "host": host}) == 0  # no body
 
+    # client-go's informer families (ALPHA, KCM's name label is "kube-controller-manager").
+    replicasets = {"name": "pykcm", "group": "apps", "version": "v1", "resource": "replicasets"}
+    assert sample(text, "informer_queued_items", replicasets) is not None  # 0 but for events in flight
+    assert sample(text, "informer_processing_latency_seconds_count", replicasets) >= len(names)
+    assert len(buckets(text, "informer_processing_latency_seconds", replicasets)) == 13
+    pods = {"name": "pykcm", "group": "", "version": "v1", "resource": "pods"}
+    assert sample(text, "informer_store_resource_version", pods) > 0
+
     # Leader election and the manager.
     assert sample(text, "leader_election_master_status", {"name": lease}) == 1
     assert sample(text, "leader_election_slowpath_total", {"name": lease}) is not None
