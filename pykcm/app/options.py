@@ -156,11 +156,13 @@ class Options:
     uvloop: bool = True
 
     def validate(self) -> None:
-        for name in ("concurrent_replicaset_syncs", "concurrent_namespace_syncs", "kube_api_burst"):
+        for name in ("concurrent_replicaset_syncs", "concurrent_namespace_syncs"):
             if getattr(self, name) < 1:
                 raise OptionsError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.kube_api_qps <= 0:
-            raise OptionsError("--kube-api-qps must be greater than 0")
+        # As client-go reads them: 0 is its default (5 QPS, burst 10) and a negative QPS turns
+        # client-side limiting off; a negative burst would fail every request, so it is refused.
+        if self.kube_api_burst < 0 and self.kube_api_qps >= 0:
+            raise OptionsError("--kube-api-burst must not be negative")
         if self.kube_api_content_type not in (JSON, PROTOBUF):
             raise OptionsError(
                 f"--kube-api-content-type must be {JSON} or {PROTOBUF} (got {self.kube_api_content_type!r})"

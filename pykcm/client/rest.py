@@ -21,7 +21,7 @@ from pykcm.client.http import ConnectionPool, Response, Timeout
 from pykcm.client.httpconnection import HTTPError
 from pykcm.client.protobuf import MAGIC, PROTOBUF, WATCH_ACCEPT, WatchDecoder, decode_status
 from pykcm.client.resources import Resource
-from pykcm.util.flowcontrol import TokenBucket
+from pykcm.util.flowcontrol import client_rate_limiter
 from pykcm.util.log import one_line
 
 JSON = "application/json"
@@ -88,7 +88,7 @@ class RestClient:
         self.config = config
         self.name = name
         self._transport = _transport or _Transport(config)
-        self._limiter = TokenBucket(config.qps, config.burst)
+        self._limiter = client_rate_limiter(config.qps, config.burst)  # None: not limited
         agent = config.user_agent or f"pykcm/{__version__}"
         self.user_agent = f"{agent}/{name}" if name else agent
 
@@ -126,8 +126,9 @@ class RestClient:
         host = self._transport.host_label
         data = orjson.dumps(body) if body is not None else None
         for attempt in range(MAX_THROTTLE_RETRIES + 1):
-            waited = await self._limiter.wait()
-            metrics.rate_limiter_duration_by(method, host).observe(waited)
+            if self._limiter is not None:
+                waited = await self._limiter.wait()
+                metrics.rate_limiter_duration_by(method, host).observe(waited)
             if self.config.write_fence is not None:  # after the limiter's wait, and again at the socket
                 self.config.write_fence.check(method, path)
             start = time.monotonic()

@@ -39,3 +39,14 @@ class TokenBucket:
         if delay > 0:
             await asyncio.sleep(delay)
         return delay
+
+
+# client-go's rest.DefaultQPS and DefaultBurst, which a REST client takes for a QPS or burst of 0.
+DEFAULT_QPS = 5.0
+DEFAULT_BURST = 10
+
+
+def client_rate_limiter(qps: float, burst: int) -> TokenBucket | None:
+    """A REST client's limiter as client-go makes it: 0 takes the default, a negative QPS none."""
+    qps, burst = qps or DEFAULT_QPS, burst or DEFAULT_BURST
+    return TokenBucket(qps, burst) if qps > 0 else None

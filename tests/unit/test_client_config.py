@@ -5,7 +5,15 @@ import re
 import pytest
 import yaml
 
-from pykcm.client.config import ConfigError, bearer_token_config, load_config, server_url, tls_context
+from pykcm.client.config import (
+    ClientConfig,
+    ConfigError,
+    bearer_token_config,
+    load_config,
+    server_url,
+    tls_context,
+)
+from pykcm.client.rest import RestClient
 
 
 def write_kubeconfig(tmp_path, user: dict, server: str = "https://127.0.0.1:6443") -> str:
@@ -130,3 +138,16 @@ def test_no_configuration_at_all_says_where_pykcm_looks(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as err:
         load_config()
     assert str(err.value).startswith("invalid configuration: no configuration has been provided: give --kubeconfig")
+
+
+@pytest.mark.parametrize(
+    ("qps", "burst", "limits"),
+    [(20.0, 30, (20.0, 30)), (0.0, 0, (5.0, 10)), (0.0, 50, (5.0, 50)), (-1.0, 0, None), (-1.0, -1, None)],
+)
+def test_a_rest_clients_limits_are_read_as_client_go_reads_them(
+    qps: float, burst: int, limits: tuple[float, int] | None
+) -> None:
+    """0 takes client-go's default (5 QPS, burst 10), a negative QPS means no client-side limit."""
+    client = RestClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=None, qps=qps, burst=burst))
+    limiter = client._limiter
+    assert (limiter and (limiter.qps, limiter.burst)) == limits

@@ -119,6 +119,11 @@ def test_validate_rejects(changes: dict, message: str) -> None:
         dataclasses.replace(Options(), **changes).validate()
 
 
+@pytest.mark.parametrize(("qps", "burst"), [(0.0, 0), (-1.0, 0), (-1.0, -1)])
+def test_client_gos_zero_and_negative_limits_are_accepted(qps: float, burst: int) -> None:
+    dataclasses.replace(Options(), kube_api_qps=qps, kube_api_burst=burst).validate()
+
+
 def test_durations_are_not_checked_without_leader_election() -> None:
     dataclasses.replace(Options(), leader_elect=False, leader_elect_lease_duration=1.0).validate()
 
@@ -155,6 +160,7 @@ def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[s
         (["run", "--local-nodes=2"], "--local-nodes applies only with --local"),
         (["run", "--v=-1"], "'-v' / '--v'"),  # klog's level is not negative
         (["run", "--controller-shutdown-timeout=-1s"], "--controller-shutdown-timeout must not be negative"),
+        (["run", "--kube-api-burst=-1"], "--kube-api-burst must not be negative"),  # client-go would fail every request
     ],
 )
 def test_bad_flags_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
