@@ -1,33 +1,21 @@
 """The secure port's HTTP/1.1 server (pykcm.serving.http) against raw sockets on loopback: the bytes
-a client sends, including the broken and hostile ones, and the bytes it gets back; last, pykcm's
-handler chain (pykcm.serving.server) on it, without an apiserver."""
+a client sends, including the broken and hostile ones, and the bytes it gets back, in plain text and
+in TLS. Where it listens: test_serving_listen; pykcm's handler chain on it: test_secure_server."""
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import socket
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 
 from pykcm.app import eventloop
-from pykcm.client.config import ClientConfig
-from pykcm.client.rest import RestClient
 from pykcm.serving import http
-from pykcm.serving.authn import DelegatingAuthenticator
-from pykcm.serving.authz import DelegatingAuthorizer
-from pykcm.serving.certs import ServingError, self_signed_certificate
-from pykcm.serving.healthz import HealthCheck
+from pykcm.serving.certs import self_signed_certificate
 from pykcm.serving.http import HTTPServer, Request, Response
-from pykcm.serving.server import SecureServer, metrics_content_type
-from pykcm.util.hostport import join_host_port
-from tests.support import free_port
 from tests.unit.test_fence import LOOPS, tls_contexts
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -431,193 +419,3 @@ def test_either_event_loop_tells_plain_http_from_tls(loop: str, host: str, tmp_p
         return answers
 
     assert eventloop.run(scenario(), use_uvloop=loop == "uvloop") == [PLAIN_HTTP_ON_TLS, b"", b"GET /tls"]
-
-
-def _ipv6_loopback() -> bool:
-    if not socket.has_ipv6:
-        return False
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
-            sock.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-IPV6 = _ipv6_loopback()
-NEEDS_IPV6 = pytest.mark.skipif(not IPV6, reason="no IPv6 loopback (::1) on this machine")
-CLIENTS = ["127.0.0.1", pytest.param("::1", marks=NEEDS_IPV6)]
-
-
-def answers(host: str | None, clients: list[str], use_uvloop: bool) -> list[bool]:
-    """Whether a server started on `host` (port 0) answers a request from each client address."""
-
-    async def scenario() -> list[bool]:
-        srv = HTTPServer(App())
-        port = await srv.start(host, 0)
-        answered = []
-        try:
-            for client in clients:
-                try:
-                    reader, writer = await asyncio.open_connection(client, port)
-                except OSError:  # refused
-                    answered.append(False)
-                    continue
-                writer.write(get("/", "Connection: close"))
-                answered.append((await read_response(reader))[2] == b"GET /")
-                writer.close()
-        finally:
-            await srv.stop()
-        return answered
-
-    return eventloop.run(scenario(), use_uvloop=use_uvloop)
-
-
-@pytest.mark.parametrize("loop", LOOPS)
-@pytest.mark.parametrize("client", CLIENTS)
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", ""])
-def test_an_unspecified_address_listens_on_both_ip_families(host: str, client: str, loop: str) -> None:
-    # As KCM: Go's net.Listen("tcp") on 0.0.0.0 or :: is one IPv6 socket with IPV6_V6ONLY=0, where
-    # asyncio's own create_server("::") would be IPv6-only and create_server("0.0.0.0") IPv4-only.
-    assert answers(host, [client], loop == "uvloop") == [True]
-
-
-@pytest.mark.parametrize(("host", "address"), [("0.0.0.0", "[::]:"), ("127.0.0.1", "127.0.0.1:")])
-async def test_the_listening_address_is_the_sockets(host: str, address: str) -> None:
-    srv = HTTPServer(App())
-    port = await srv.start(host, 0)
-    try:
-        assert join_host_port(*srv.sockname) == f"{address}{port}"  # KCM logs "Serving securely on [::]:10257"
-    finally:
-        await srv.stop()
-
-
-@NEEDS_IPV6
-@pytest.mark.parametrize("loop", LOOPS)
-def test_a_given_address_listens_on_it_alone(loop: str) -> None:
-    assert answers("127.0.0.1", ["127.0.0.1", "::1"], loop == "uvloop") == [True, False]
-    assert answers("::1", ["127.0.0.1", "::1"], loop == "uvloop") == [False, True]
-
-
-@pytest.fixture
-def no_ipv6(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A kernel without IPv6 (booted with ipv6.disable=1): socket(AF_INET6) fails."""
-
-    class NoIPv6(socket.socket):
-        def __init__(self, family: int = -1, *args: Any, **kwargs: Any) -> None:
-            if family == socket.AF_INET6:
-                raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
-            super().__init__(family, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "socket", NoIPv6)
-
-
-@pytest.mark.parametrize("loop", LOOPS)
-@pytest.mark.usefixtures("no_ipv6")
-def test_without_ipv6_the_ipv4_wildcard_still_listens(loop: str) -> None:
-    # 0.0.0.0 and "" fall back to an IPv4 socket, as Go's net.Listen does there.
-    for host in ("0.0.0.0", ""):
-        assert answers(host, ["127.0.0.1"], loop == "uvloop") == [True], host
-
-
-@pytest.mark.usefixtures("no_ipv6")
-def test_without_ipv6_the_ipv6_wildcard_fails_to_listen() -> None:
-    """asyncio's create_server("::") skips the family it cannot make a socket of; that is an error, not a
-    server with no socket (uvloop makes its own sockets, out of this patch's reach)."""
-    with pytest.raises(OSError) as err:
-        answers("::", [], use_uvloop=False)
-    assert err.value.errno == errno.EAFNOSUPPORT
-
-
-async def secure_server(always_allow: list[str]) -> SecureServer:
-    """pykcm's handler chain on plain TCP, with no apiserver: anonymous users pass only `always_allow`."""
-    checks = [HealthCheck("ping", lambda: None)]
-    server = SecureServer(
-        "127.0.0.1", free_port(), None,  # type: ignore[arg-type]
-        lambda: checks, DelegatingAuthenticator(None), DelegatingAuthorizer(None, always_allow),
-    )
-    await server.start()
-    return server
-
-
-async def test_the_secure_port_authorizes_before_it_routes() -> None:
-    server = await secure_server(["/healthz", "/livez", "/readyz"])
-    try:
-        status, headers, body, _ = await exchange(server.port, get("/healthz", "Connection: close"))
-        assert (status, body) == ("HTTP/1.1 200 OK", b"ok")
-        assert headers["cache-control"] == "no-cache, private" and headers["x-content-type-options"] == "nosniff"
-        assert headers["content-type"] == "text/plain; charset=utf-8"
-        for data in (get("/nope", "Connection: close"), get("/metrics", "Connection: close", method="POST")):
-            status, headers, body, _ = await exchange(server.port, data)
-            assert status == "HTTP/1.1 403 Forbidden" and headers["cache-control"] == "no-cache, private"
-            assert orjson.loads(body)["code"] == 403 and headers["x-content-type-options"] == "nosniff"
-        status, headers, body, _ = await exchange(server.port, get("/healthz", "Connection: close", method="POST"))
-        assert (status, body) == ("HTTP/1.1 200 OK", b"ok")  # KCM's handlers answer any method
-        assert headers["cache-control"] == "no-cache, private"
-    finally:
-        await server.stop()
-
-
-async def test_the_secure_port_routes_what_it_serves() -> None:
-    server = await secure_server(["/*"])
-    try:
-        for path in ("/nope", "/healthz/", "/healthz/nope", "/readyz%2Fping", "/healthz/ping/x", "/metrics/"):
-            status, headers, body, _ = await exchange(server.port, get(path, "Connection: close"))
-            assert (status, body) == ("HTTP/1.1 404 Not Found", b"404 page not found\n"), path
-            assert headers["cache-control"] == "no-cache, private"
-        assert (await exchange(server.port, get("/readyz/ping", "Connection: close")))[2] == b"ok"
-        status, _, body, _ = await exchange(server.port, get("/livez?verbose&exclude=ping", "Connection: close"))
-        assert body == b"[+]ping excluded: ok\nlivez check passed\n"
-        reader, writer = await connect(server.port)
-        writer.write(get("/metrics", method="HEAD") + get("/healthz/ping", "Connection: close"))
-        status, headers, _ = await read_response(reader, head_only=True)
-        assert status == "HTTP/1.1 200 OK" and headers["content-type"] == metrics_content_type("")
-        assert int(headers["content-length"]) > 0
-        assert (await read_response(reader))[2] == b"ok"  # the HEAD answer carried no body
-        writer.close()
-    finally:
-        await server.stop()
-
-
-async def test_a_port_in_use_is_named_once_in_one_line() -> None:
-    server = await secure_server([])
-    second = SecureServer("127.0.0.1", server.port, None, lambda: [], DelegatingAuthenticator(None),  # type: ignore[arg-type]
-                          DelegatingAuthorizer(None, []))
-    try:
-        with pytest.raises(ServingError) as err:
-            await second.start()
-        assert str(err.value) == f"failed to listen on 127.0.0.1:{server.port}: address already in use"
-    finally:
-        await server.stop()
-
-
-async def test_an_authorizer_that_cannot_be_asked_is_a_plain_500() -> None:
-    # As the apiserver's filter: Go's http.Error text with the path and the reason, not a Status.
-    unreachable = RestClient(ClientConfig(host=f"http://127.0.0.1:{free_port()}", ssl_context=None))
-    server = SecureServer("127.0.0.1", free_port(), None, lambda: [], DelegatingAuthenticator(None),  # type: ignore[arg-type]
-                          DelegatingAuthorizer(unreachable, []))
-    await server.start()
-    try:
-        status, headers, body, _ = await exchange(server.port, get("/metrics", "Connection: close"))
-        assert status == "HTTP/1.1 500 Internal Server Error"
-        assert (headers["content-type"], headers["x-content-type-options"]) == ("text/plain; charset=utf-8", "nosniff")
-        assert body.startswith(b'Internal Server Error: "/metrics": POST /apis/authorization.k8s.io/v1/subjectaccess')
-    finally:
-        await server.stop()
-        await unreachable.close()
-
-
-PROMETHEUS_3_ACCEPT = (
-    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;"
-    "q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
-)
-
-
-# What the built KCM (v1.36.3) answered to each Accept, by curl.
-@pytest.mark.parametrize(
-    ("accept", "escaping"),
-    [("", "underscores"), (PROMETHEUS_3_ACCEPT, "allow-utf-8"), ("*/*", "underscores"),
-     ("text/plain;version=0.0.4;q=0.3,*/*;q=0.2", "underscores"), ("text/plain;version=1.0.0;escaping=dots", "dots")],
-)
-def test_the_metrics_content_type_is_kcms(accept: str, escaping: str) -> None:
-    assert metrics_content_type(accept) == f"text/plain; version=0.0.4; charset=utf-8; escaping={escaping}"

@@ -1,0 +1,111 @@
+"""pykcm's handler chain on the secure port (pykcm.serving.server), without an apiserver: what is
+authorized before routing, what is routed, and KCM's answers and headers."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from pykcm.client.config import ClientConfig
+from pykcm.client.rest import RestClient
+from pykcm.serving.authn import DelegatingAuthenticator
+from pykcm.serving.authz import DelegatingAuthorizer
+from pykcm.serving.certs import ServingError
+from pykcm.serving.healthz import HealthCheck
+from pykcm.serving.server import SecureServer, metrics_content_type
+from tests.support import free_port
+from tests.unit.test_serving_http import connect, exchange, get, read_response
+
+
+async def secure_server(always_allow: list[str]) -> SecureServer:
+    """pykcm's handler chain on plain TCP, with no apiserver: anonymous users pass only `always_allow`."""
+    checks = [HealthCheck("ping", lambda: None)]
+    server = SecureServer(
+        "127.0.0.1", free_port(), None,  # type: ignore[arg-type]
+        lambda: checks, DelegatingAuthenticator(None), DelegatingAuthorizer(None, always_allow),
+    )
+    await server.start()
+    return server
+
+
+async def test_the_secure_port_authorizes_before_it_routes() -> None:
+    server = await secure_server(["/healthz", "/livez", "/readyz"])
+    try:
+        status, headers, body, _ = await exchange(server.port, get("/healthz", "Connection: close"))
+        assert (status, body) == ("HTTP/1.1 200 OK", b"ok")
+        assert headers["cache-control"] == "no-cache, private" and headers["x-content-type-options"] == "nosniff"
+        assert headers["content-type"] == "text/plain; charset=utf-8"
+        for data in (get("/nope", "Connection: close"), get("/metrics", "Connection: close", method="POST")):
+            status, headers, body, _ = await exchange(server.port, data)
+            assert status == "HTTP/1.1 403 Forbidden" and headers["cache-control"] == "no-cache, private"
+            assert orjson.loads(body)["code"] == 403 and headers["x-content-type-options"] == "nosniff"
+        status, headers, body, _ = await exchange(server.port, get("/healthz", "Connection: close", method="POST"))
+        assert (status, body) == ("HTTP/1.1 200 OK", b"ok")  # KCM's handlers answer any method
+        assert headers["cache-control"] == "no-cache, private"
+    finally:
+        await server.stop()
+
+
+async def test_the_secure_port_routes_what_it_serves() -> None:
+    server = await secure_server(["/*"])
+    try:
+        for path in ("/nope", "/healthz/", "/healthz/nope", "/readyz%2Fping", "/healthz/ping/x", "/metrics/"):
+            status, headers, body, _ = await exchange(server.port, get(path, "Connection: close"))
+            assert (status, body) == ("HTTP/1.1 404 Not Found", b"404 page not found\n"), path
+            assert headers["cache-control"] == "no-cache, private"
+        assert (await exchange(server.port, get("/readyz/ping", "Connection: close")))[2] == b"ok"
+        status, _, body, _ = await exchange(server.port, get("/livez?verbose&exclude=ping", "Connection: close"))
+        assert body == b"[+]ping excluded: ok\nlivez check passed\n"
+        reader, writer = await connect(server.port)
+        writer.write(get("/metrics", method="HEAD") + get("/healthz/ping", "Connection: close"))
+        status, headers, _ = await read_response(reader, head_only=True)
+        assert status == "HTTP/1.1 200 OK" and headers["content-type"] == metrics_content_type("")
+        assert int(headers["content-length"]) > 0
+        assert (await read_response(reader))[2] == b"ok"  # the HEAD answer carried no body
+        writer.close()
+    finally:
+        await server.stop()
+
+
+async def test_a_port_in_use_is_named_once_in_one_line() -> None:
+    server = await secure_server([])
+    second = SecureServer("127.0.0.1", server.port, None, lambda: [], DelegatingAuthenticator(None),  # type: ignore[arg-type]
+                          DelegatingAuthorizer(None, []))
+    try:
+        with pytest.raises(ServingError) as err:
+            await second.start()
+        assert str(err.value) == f"failed to listen on 127.0.0.1:{server.port}: address already in use"
+    finally:
+        await server.stop()
+
+
+async def test_an_authorizer_that_cannot_be_asked_is_a_plain_500() -> None:
+    # As the apiserver's filter: Go's http.Error text with the path and the reason, not a Status.
+    unreachable = RestClient(ClientConfig(host=f"http://127.0.0.1:{free_port()}", ssl_context=None))
+    server = SecureServer("127.0.0.1", free_port(), None, lambda: [], DelegatingAuthenticator(None),  # type: ignore[arg-type]
+                          DelegatingAuthorizer(unreachable, []))
+    await server.start()
+    try:
+        status, headers, body, _ = await exchange(server.port, get("/metrics", "Connection: close"))
+        assert status == "HTTP/1.1 500 Internal Server Error"
+        assert (headers["content-type"], headers["x-content-type-options"]) == ("text/plain; charset=utf-8", "nosniff")
+        assert body.startswith(b'Internal Server Error: "/metrics": POST /apis/authorization.k8s.io/v1/subjectaccess')
+    finally:
+        await server.stop()
+        await unreachable.close()
+
+
+PROMETHEUS_3_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;"
+    "q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+
+
+# What the built KCM (v1.36.3) answered to each Accept, by curl.
+@pytest.mark.parametrize(
+    ("accept", "escaping"),
+    [("", "underscores"), (PROMETHEUS_3_ACCEPT, "allow-utf-8"), ("*/*", "underscores"),
+     ("text/plain;version=0.0.4;q=0.3,*/*;q=0.2", "underscores"), ("text/plain;version=1.0.0;escaping=dots", "dots")],
+)
+def test_the_metrics_content_type_is_kcms(accept: str, escaping: str) -> None:
+    assert metrics_content_type(accept) == f"text/plain; version=0.0.4; charset=utf-8; escaping={escaping}"
