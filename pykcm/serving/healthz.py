@@ -6,12 +6,42 @@ log only: the endpoints are open to anonymous callers, so they say `reason withh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, disable_created_metrics
+from prometheus_client.metrics_core import Metric
 
 from pykcm.util.log import get_logger
 
 log = get_logger("healthz")
+disable_created_metrics()
+
+# /metrics/slis: component-base's SLI registry, served apart from /metrics, with what every
+# aggregated health endpoint's checks returned (their STABLE families, and the start time).
+SLI_REGISTRY = CollectorRegistry()
+healthcheck = Gauge("kubernetes_healthcheck", "This metric records the result of a single healthcheck.",
+                    ["name", "type"], registry=SLI_REGISTRY)
+healthchecks_total = Counter("kubernetes_healthchecks_total", "This metric records the results of all healthcheck.",
+                             ["name", "type", "status"], registry=SLI_REGISTRY)
+
+
+class _StartTime:
+    """process_start_time_seconds alone, as component-base adds it to the SLI registry."""
+
+    def collect(self) -> Iterator[Metric]:
+        for family in ProcessCollector(registry=None).collect():
+            if family.name == "process_start_time_seconds":
+                yield family
+
+
+SLI_REGISTRY.register(_StartTime())  # type: ignore[arg-type]
+
+
+def reset_slis() -> None:
+    """DELETE /metrics/slis, as KCM's handler with reset."""
+    healthcheck.clear()
+    healthchecks_total.clear()
 
 LIVEZ, HEALTHZ, READYZ = "livez", "healthz", "readyz"
 ENDPOINTS = frozenset({LIVEZ, HEALTHZ, READYZ})
@@ -53,6 +83,8 @@ def evaluate(endpoint: str, checks: Sequence[HealthCheck], exclude: Iterable[str
             lines.append(f"[+]{check.name} excluded: ok")
             continue
         reason = run_check(check)
+        healthcheck.labels(check.name, endpoint).set(reason is None)
+        healthchecks_total.labels(check.name, endpoint, "success" if reason is None else "error").inc()
         if reason is None:
             lines.append(f"[+]{check.name} ok")
         else:

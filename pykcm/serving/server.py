@@ -1,4 +1,4 @@
-"""HTTPS for /healthz, /livez, /readyz and /metrics, guarded the way KCM guards its port.
+"""HTTPS for /healthz, /livez, /readyz, /metrics and /metrics/slis, guarded the way KCM guards its port.
 
 The handler chain mirrors controller-manager's BuildHandlerChain: authenticate (client
 certificate signed by the cluster's client CA, else a bearer token checked with a TokenReview,
@@ -25,7 +25,7 @@ from pykcm.client.errors import ApiError, TransportError
 from pykcm.serving.authn import DelegatingAuthenticator, Unauthenticated
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError
-from pykcm.serving.healthz import HealthCheck, checks_for, evaluate, run_check
+from pykcm.serving.healthz import SLI_REGISTRY, HealthCheck, checks_for, evaluate, reset_slis, run_check
 from pykcm.serving.http import HTTPServer, Request, Response
 from pykcm.util.hostport import join_host_port
 from pykcm.util.log import get_logger, one_line
@@ -132,6 +132,8 @@ class SecureServer:
         (so that /readyz%2Fping is no check of /readyz, as the aiohttp router had it)."""
         if raw_path == "/metrics":
             return self._metrics
+        if raw_path == "/metrics/slis":
+            return self._slis
         _, endpoint, *rest = raw_path.split("/")
         if endpoint not in HEALTH_ENDPOINTS or len(rest) > 1 or (rest and not rest[0]):
             return None
@@ -156,6 +158,13 @@ class SecureServer:
     async def _metrics(self, request: Request) -> Response:
         content_type = metrics_content_type(request.headers.get("Accept", ""))
         return Response(200, generate_latest(REGISTRY), {"Content-Type": content_type})
+
+    async def _slis(self, request: Request) -> Response:
+        if request.method == "DELETE":
+            reset_slis()
+            return Response(200, b"metrics reset\n", {"Content-Type": _PLAIN})
+        content_type = metrics_content_type(request.headers.get("Accept", ""))
+        return Response(200, generate_latest(SLI_REGISTRY), {"Content-Type": content_type})
 
 
 _PLAIN = "text/plain; charset=utf-8"

@@ -109,3 +109,24 @@ PROMETHEUS_3_ACCEPT = (
 )
 def test_the_metrics_content_type_is_kcms(accept: str, escaping: str) -> None:
     assert metrics_content_type(accept) == f"text/plain; version=0.0.4; charset=utf-8; escaping={escaping}"
+
+
+async def test_metrics_slis_has_each_aggregated_checks_result_and_delete_resets_it() -> None:
+    server = await secure_server(["/*"])
+    try:
+        reset = await exchange(server.port, get("/metrics/slis", "Connection: close", method="DELETE"))
+        assert reset[::2] == ("HTTP/1.1 200 OK", b"metrics reset\n")
+        for path in ("/healthz", "/healthz", "/livez?exclude=ping", "/readyz/ping"):  # excluded and single: not counted
+            await exchange(server.port, get(path, "Connection: close"))
+        status, headers, body, _ = await exchange(server.port, get("/metrics/slis", "Connection: close"))
+        assert status == "HTTP/1.1 200 OK" and headers["content-type"] == metrics_content_type("")
+        text = body.decode()
+        assert 'kubernetes_healthcheck{name="ping",type="healthz"} 1.0' in text
+        assert 'kubernetes_healthchecks_total{name="ping",status="success",type="healthz"} 2.0' in text
+        assert 'type="livez"' not in text and 'type="readyz"' not in text and "_created" not in text
+        assert "process_start_time_seconds " in text and "workqueue_" not in text
+        await exchange(server.port, get("/metrics/slis", "Connection: close", method="DELETE"))
+        body = (await exchange(server.port, get("/metrics/slis", "Connection: close")))[2]
+        assert b"kubernetes_healthcheck{" not in body
+    finally:
+        await server.stop()
