@@ -102,6 +102,7 @@ def run(
     authentication_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create tokenreviews; defaults to the main credentials.")] = None,
     authorization_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create subjectaccessreviews; defaults to the main credentials.")] = None,
     authorization_always_allow_paths: Annotated[str, typer.Option(help="Comma-separated HTTP paths served without authorization (exact, or prefix ending in '*').")] = ",".join(_defaults.authorization_always_allow_paths),
+    profiling: Annotated[bool, typer.Option("--profiling/--no-profiling", help="Serve /debug/flags/v: PUT a number there to change -v while running, as KCM's --profiling (Go's /debug/pprof has no Python counterpart; SIGQUIT dumps the stacks). KCM's --profiling=false also works.")] = _defaults.profiling,
     uvloop: Annotated[bool, typer.Option("--uvloop/--no-uvloop", help="Run on uvloop's event loop where it is installed (less CPU per request); --no-uvloop runs on asyncio's own.")] = _defaults.uvloop,
     verbosity: Annotated[int, typer.Option("-v", "--v", min=0, help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
     show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
@@ -140,6 +141,7 @@ def run(
         authentication_kubeconfig=authentication_kubeconfig,
         authorization_kubeconfig=authorization_kubeconfig,
         authorization_always_allow_paths=[p.strip() for p in authorization_always_allow_paths.split(",") if p.strip()],
+        profiling=profiling,
         uvloop=uvloop,
     )
     try:
@@ -342,7 +344,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 # take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working,
 # as does splitting pflag's `-v=4`, which click would read as the value "=4", and joining the
 # repeats of a list flag, which pflag appends where click keeps the last.
-_GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials")
+_GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials", "--profiling")
 _GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths", "--tls-cipher-suites")
 
 

@@ -64,7 +64,7 @@ IGNORED_BOOL_FLAGS = _words("""
 --configure-cloud-routes --contention-profiling --disable-attach-detach-reconcile-sync
 --disable-force-detach-on-timeout --disable-http2-serving --enable-dynamic-provisioning
 --enable-garbage-collector --enable-hostpath-provisioner --enable-leader-migration
---log-json-split-stream --log-text-split-stream --permit-address-sharing --permit-port-sharing --profiling
+--log-json-split-stream --log-text-split-stream --permit-address-sharing --permit-port-sharing
 """)
 
 REFUSED_FLAGS = frozenset({"--tls-curve-preferences"})

@@ -144,6 +144,7 @@ class Manager:
                 lambda: list(self.health_checks),
                 DelegatingAuthenticator(authn_client),
                 DelegatingAuthorizer(authz_client, opts.authorization_always_allow_paths),
+                debug_flags=opts.profiling,
             )
             await server.start()
         except ServingError as err:

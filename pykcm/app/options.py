@@ -152,6 +152,7 @@ class Options:
     authentication_kubeconfig: str | None = None  # None: the main credentials
     authorization_kubeconfig: str | None = None  # None: the main credentials
     authorization_always_allow_paths: list[str] = field(default_factory=lambda: list(DEFAULT_ALWAYS_ALLOW_PATHS))
+    profiling: bool = True  # KCM's default: /debug/flags/v is served (pykcm/serving/debugflags.py)
     # uvloop's event loop where it is installed (pykcm/app/eventloop.py); False: asyncio's own.
     uvloop: bool = True
 

@@ -3,9 +3,9 @@
 aiohttp's server cost 0.1-0.2 s of CPU at every start only to be imported. Here a connection is a
 protocol that parses requests as bytes arrive and hands each one, whole, to an `async (Request) ->
 Response` handler; the answer is written with one transport.write(). Keep-alive and pipelining are
-served one request at a time, in order. The endpoints take no body, so a Content-Length body is read
-and dropped up to Go's cap; a larger or a chunked body is not read at all: the request is answered
-and the connection closed, as Go's net/http does with a body too large to discard.
+served one request at a time, in order. A Content-Length body is read up to Go's cap and handed over
+(only PUT /debug/flags/v reads one); a larger or a chunked body is not read at all: the request is
+answered and the connection closed, as Go's net/http does with a body too large to discard.
 
 On a TLS port the first five bytes are peeked at before the handshake: a plain-HTTP request there
 gets Go's net/http answer (400, "Client sent an HTTP request to an HTTPS server.") instead of a
@@ -64,14 +64,16 @@ class Query(dict[str, list[str]]):
 
 
 class Request:
-    __slots__ = ("headers", "method", "path", "query", "raw_path", "ssl_object", "version")
+    __slots__ = ("body", "headers", "method", "path", "query", "raw_path", "ssl_object", "version")
 
     def __init__(
-        self, method: str, raw_path: str, query: Query, headers: Headers, version: str, ssl_object: Any
+        self, method: str, raw_path: str, query: Query, headers: Headers, version: str, ssl_object: Any,
+        body: bytes = b"",
     ) -> None:
         self.method, self.raw_path, self.query, self.headers = method, raw_path, query, headers
         self.path = unquote(raw_path)  # what authorization sees, as the apiserver's filters do
         self.version, self.ssl_object = version, ssl_object  # ssl.SSLObject: the client certificate
+        self.body = body  # empty where it was not read (chunked, or over MAX_BODY)
 
 
 class Response:
@@ -341,10 +343,11 @@ class _Connection(asyncio.Protocol):
                     self._continued = True  # the client waits for this before it sends the body
                     self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
                 return None
+        body = buf[body_start : body_start + length]
         self._buf, self._scanned, self._continued = buf[body_start + length :], 0, False
         path, _, query = target.partition("?")
         ssl_object = self._transport.get_extra_info("ssl_object") if self._transport is not None else None
-        return Request(method, path, _query(query), headers, version, ssl_object), close
+        return Request(method, path, _query(query), headers, version, ssl_object, body), close
 
     async def _handle(self, request: Request, close: bool) -> None:
         try:

@@ -1,4 +1,4 @@
-"""HTTPS for /healthz, /livez, /readyz, /metrics and /metrics/slis, guarded the way KCM guards its port.
+"""HTTPS for /healthz, /livez, /readyz, /metrics, /metrics/slis and /debug/flags, guarded the way KCM guards its port.
 
 The handler chain mirrors controller-manager's BuildHandlerChain: authenticate (client
 certificate signed by the cluster's client CA, else a bearer token checked with a TokenReview,
@@ -19,13 +19,22 @@ from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import unquote
 
 import orjson
-from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, REGISTRY, CollectorRegistry, generate_latest
 
 from pykcm.client.errors import ApiError, TransportError
+from pykcm.serving import debugflags
 from pykcm.serving.authn import DelegatingAuthenticator, Unauthenticated
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError
-from pykcm.serving.healthz import SLI_REGISTRY, HealthCheck, checks_for, evaluate, reset_slis, run_check
+from pykcm.serving.healthz import (
+    SLI_REGISTRY,
+    HealthCheck,
+    checks_for,
+    evaluate,
+    process_start_time,
+    reset_slis,
+    run_check,
+)
 from pykcm.serving.http import HTTPServer, Request, Response
 from pykcm.util.hostport import join_host_port
 from pykcm.util.log import get_logger, one_line
@@ -67,6 +76,7 @@ class SecureServer:
         health_checks: Callable[[], Sequence[HealthCheck]],
         authenticator: DelegatingAuthenticator,
         authorizer: DelegatingAuthorizer,
+        debug_flags: bool = True,  # --profiling
     ) -> None:
         self.host = host
         self.port = port
@@ -74,6 +84,7 @@ class SecureServer:
         self.health_checks = health_checks
         self.authenticator = authenticator
         self.authorizer = authorizer
+        self.debug_flags = debug_flags
         self._http: HTTPServer | None = None
 
     async def start(self) -> None:
@@ -134,6 +145,8 @@ class SecureServer:
             return self._metrics
         if raw_path == "/metrics/slis":
             return self._slis
+        if self.debug_flags and debugflags.is_debug_flags_path(raw_path):
+            return debugflags.serve
         _, endpoint, *rest = raw_path.split("/")
         if endpoint not in HEALTH_ENDPOINTS or len(rest) > 1 or (rest and not rest[0]):
             return None
@@ -156,18 +169,25 @@ class SecureServer:
         return _text(500, f"internal server error: {reason}\n")
 
     async def _metrics(self, request: Request) -> Response:
-        content_type = metrics_content_type(request.headers.get("Accept", ""))
-        return Response(200, generate_latest(REGISTRY), {"Content-Type": content_type})
+        return _exposition(REGISTRY, request)
 
     async def _slis(self, request: Request) -> Response:
         if request.method == "DELETE":
             reset_slis()
             return Response(200, b"metrics reset\n", {"Content-Type": _PLAIN})
-        content_type = metrics_content_type(request.headers.get("Accept", ""))
-        return Response(200, generate_latest(SLI_REGISTRY), {"Content-Type": content_type})
+        return _exposition(SLI_REGISTRY, request)
 
 
 _PLAIN = "text/plain; charset=utf-8"
+
+
+def _exposition(registry: CollectorRegistry, request: Request) -> Response:
+    """Prometheus text with KCM's headers (promhttp's, with its process start time)."""
+    headers = {
+        "Content-Type": metrics_content_type(request.headers.get("Accept", "")),
+        "Process-Start-Time-Unix": str(int(process_start_time())),
+    }
+    return Response(200, generate_latest(registry), headers)
 
 
 def _not_found() -> Response:

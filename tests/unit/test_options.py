@@ -139,6 +139,7 @@ def test_renew_deadline_just_above_jittered_retry_period_is_valid() -> None:
         (["run", "--leader-elect=true"], ["run", "--leader-elect"]),
         (["run", "--leader-elect=0"], ["run", "--no-leader-elect"]),
         (["run", "--leader-elect"], ["run", "--leader-elect"]),
+        (["run", "--profiling=false"], ["run", "--no-profiling"]),
         (["run", "--leader-elect-resource-name=x"], ["run", "--leader-elect-resource-name=x"]),
         (["run", "--", "--leader-elect=false"], ["run", "--", "--leader-elect=false"]),
     ],
@@ -202,12 +203,12 @@ def test_dash_h_and_version_work_as_kcms(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_kcm_flags_pykcm_does_not_act_on_are_taken_out_with_their_values() -> None:
-    argv = ["run", "--allocate-node-cidrs", "--cluster-cidr", "10.244.0.0/16", "--profiling=false", "-v", "2",
-            "--feature-gates=A=true", "--cluster-cidr=x", "--tls-curve-preferences", "23", "--tls-min-version",
-            "VersionTLS13", "--", "--cluster-name"]
+    argv = ["run", "--allocate-node-cidrs", "--cluster-cidr", "10.244.0.0/16", "--contention-profiling=false",
+            "-v", "2", "--feature-gates=A=true", "--cluster-cidr=x", "--tls-curve-preferences", "23",
+            "--tls-min-version", "VersionTLS13", "--", "--cluster-name"]
     kept, found = kcmflags.split_kcm_flags(argv)
     assert kept == ["run", "-v", "2", "--tls-min-version", "VersionTLS13", "--", "--cluster-name"]
-    assert found.ignored == ["--allocate-node-cidrs", "--cluster-cidr", "--profiling", "--feature-gates"]
+    assert found.ignored == ["--allocate-node-cidrs", "--cluster-cidr", "--contention-profiling", "--feature-gates"]
     assert found.refused == ["--tls-curve-preferences"]
 
 

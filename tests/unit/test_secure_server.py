@@ -3,6 +3,8 @@ authorized before routing, what is routed, and KCM's answers and headers."""
 
 from __future__ import annotations
 
+import time
+
 import orjson
 import pytest
 
@@ -13,6 +15,7 @@ from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError
 from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import SecureServer, metrics_content_type
+from pykcm.util.log import get_logger, set_verbosity
 from tests.support import free_port
 from tests.unit.test_serving_http import connect, exchange, get, read_response
 
@@ -120,6 +123,7 @@ async def test_metrics_slis_has_each_aggregated_checks_result_and_delete_resets_
             await exchange(server.port, get(path, "Connection: close"))
         status, headers, body, _ = await exchange(server.port, get("/metrics/slis", "Connection: close"))
         assert status == "HTTP/1.1 200 OK" and headers["content-type"] == metrics_content_type("")
+        assert abs(int(headers["process-start-time-unix"]) - time.time()) < 3600  # promhttp's header, as KCM's
         text = body.decode()
         assert 'kubernetes_healthcheck{name="ping",type="healthz"} 1.0' in text
         assert 'kubernetes_healthchecks_total{name="ping",status="success",type="healthz"} 2.0' in text
@@ -128,5 +132,39 @@ async def test_metrics_slis_has_each_aggregated_checks_result_and_delete_resets_
         await exchange(server.port, get("/metrics/slis", "Connection: close", method="DELETE"))
         body = (await exchange(server.port, get("/metrics/slis", "Connection: close")))[2]
         assert b"kubernetes_healthcheck{" not in body
+    finally:
+        await server.stop()
+
+
+async def test_debug_flags_v_changes_the_log_verbosity_as_kcms_does() -> None:
+    server = await secure_server(["/*"])
+    put = "PUT /debug/flags/v HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}"
+    try:
+        status, headers, body, _ = await exchange(server.port, put.format(1, "4").encode())
+        assert (status, body) == ("HTTP/1.1 200 OK", b"successfully set klog.logging.verbosity to 4\n")
+        assert (headers["content-type"], headers["x-content-type-options"]) == ("text/plain", "nosniff")
+        assert get_logger("test").v(4).enabled()
+        for value, error in [("x", 'strconv.ParseUint: parsing "x": invalid syntax'),
+                             ("-1", 'strconv.ParseUint: parsing "-1": invalid syntax'),
+                             ("4294967296", 'strconv.ParseUint: parsing "4294967296": value out of range')]:
+            status, _, body, _ = await exchange(server.port, put.format(len(value), value).encode())
+            assert (status, body) == ("HTTP/1.1 400 Bad Request", f"{error}\n".encode()), value
+        status, _, body, _ = await exchange(server.port, get("/debug/flags/v", "Connection: close"))
+        assert (status, body) == ("HTTP/1.1 406 Not Acceptable", b"unsupported http method\n")
+        status, headers, body, _ = await exchange(server.port, get("/debug/flags/", "Connection: close"))
+        assert status == "HTTP/1.1 200 OK" and headers["content-type"] == "text/html; charset=utf-8"
+        assert b"<tr>v<br>" in body
+    finally:
+        set_verbosity(0)
+        await server.stop()
+
+
+async def test_without_profiling_debug_flags_are_not_served() -> None:
+    server = SecureServer("127.0.0.1", free_port(), None, lambda: [], DelegatingAuthenticator(None),  # type: ignore[arg-type]
+                          DelegatingAuthorizer(None, ["/*"]), debug_flags=False)
+    await server.start()
+    try:
+        status = (await exchange(server.port, get("/debug/flags/v", "Connection: close", method="PUT")))[0]
+        assert status == "HTTP/1.1 404 Not Found"
     finally:
         await server.stop()
