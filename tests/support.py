@@ -317,7 +317,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def https_get(url: str, *, token: str | None = None, cert: tuple[Path, Path] | None = None) -> tuple[int, str]:
+async def https_get(
+    url: str, *, token: str | None = None, cert: tuple[Path, Path] | None = None, accept: str | None = None
+) -> tuple[int, str]:
     """GET from a pykcm/KCM secure port (self-signed, so unverified), as anonymous, with a bearer
     token, or with a client certificate (`(cert, key)`, e.g. the control plane's admin pair)."""
     ctx = ssl.create_default_context()
@@ -326,6 +328,8 @@ async def https_get(url: str, *, token: str | None = None, cert: tuple[Path, Pat
     if cert:
         ctx.load_cert_chain(str(cert[0]), str(cert[1]))
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if accept is not None:
+        headers["Accept"] = accept
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
         timeout = aiohttp.ClientTimeout(total=10)
         async with session.get(url, headers=headers, timeout=timeout) as resp:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pykcm import __version__
-from pykcm.app import eventloop, kcmflags, stackdump
+from pykcm.app import eventloop, flagz, kcmflags, stackdump
 from pykcm.app.options import (
     Options,
     OptionsError,
@@ -143,6 +143,7 @@ def run(
         authorization_always_allow_paths=[p.strip() for p in authorization_always_allow_paths.split(",") if p.strip()],
         profiling=profiling,
         uvloop=uvloop,
+        flagz=flagz.flag_values(ctx.command.params, ctx.params),
     )
     try:
         options.validate()

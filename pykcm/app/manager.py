@@ -15,7 +15,9 @@ import asyncio
 import contextlib
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 
+from pykcm import __version__
 from pykcm.app import metrics
 from pykcm.app.clientbuilder import ServiceAccountClientBuilder
 from pykcm.app.leaderelection import LeaderElectionConfig, new_identity
@@ -30,12 +32,13 @@ from pykcm.client.fence import WriteFence
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, ControllerContext
 from pykcm.informers.factory import SharedInformerFactory
+from pykcm.serving import zpages
 from pykcm.serving.authn import DelegatingAuthenticator
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError, load_client_ca, read_client_ca
 from pykcm.serving.dynamiccerts import DynamicServingTLS
-from pykcm.serving.healthz import HealthCheck
-from pykcm.serving.server import SecureServer
+from pykcm.serving.healthz import HealthCheck, process_start_time
+from pykcm.serving.server import LISTED_PATHS, SecureServer
 from pykcm.serving.tlspolicy import tls_policy
 from pykcm.util import memory
 from pykcm.util.log import get_logger, one_line
@@ -145,6 +148,10 @@ class Manager:
                 DelegatingAuthenticator(authn_client),
                 DelegatingAuthorizer(authz_client, opts.authorization_always_allow_paths),
                 debug_flags=opts.profiling,
+                component=zpages.Component(
+                    name="pykcm", start_time=datetime.fromtimestamp(process_start_time(), UTC),
+                    binary_version=__version__, paths=LISTED_PATHS, flags=opts.flagz,
+                ),
             )
             await server.start()
         except ServingError as err:

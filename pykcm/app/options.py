@@ -153,6 +153,7 @@ class Options:
     authorization_kubeconfig: str | None = None  # None: the main credentials
     authorization_always_allow_paths: list[str] = field(default_factory=lambda: list(DEFAULT_ALWAYS_ALLOW_PATHS))
     profiling: bool = True  # KCM's default: /debug/flags/v is served (pykcm/serving/debugflags.py)
+    flagz: dict[str, str] = field(default_factory=dict)  # every flag of the command line and its value, for /flagz
     # uvloop's event loop where it is installed (pykcm/app/eventloop.py); False: asyncio's own.
     uvloop: bool = True
 

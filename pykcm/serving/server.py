@@ -1,4 +1,4 @@
-"""HTTPS for /healthz, /livez, /readyz, /metrics, /metrics/slis and /debug/flags, guarded the way KCM guards its port.
+"""HTTPS for the health endpoints, /metrics, /metrics/slis, /statusz, /flagz and /debug/flags, guarded as KCM's port.
 
 The handler chain mirrors controller-manager's BuildHandlerChain: authenticate (client
 certificate signed by the cluster's client CA, else a bearer token checked with a TokenReview,
@@ -22,7 +22,7 @@ import orjson
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, REGISTRY, CollectorRegistry, generate_latest
 
 from pykcm.client.errors import ApiError, TransportError
-from pykcm.serving import debugflags
+from pykcm.serving import debugflags, zpages
 from pykcm.serving.authn import DelegatingAuthenticator, Unauthenticated
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError
@@ -43,6 +43,9 @@ _NAME_ESCAPINGS = frozenset({"allow-utf-8", "underscores", "dots", "values"})
 log = get_logger("server")
 
 HEALTH_ENDPOINTS = ("healthz", "livez", "readyz")
+# What /statusz lists, as KCM's mux had them listed when /statusz was installed (so without it);
+# /debug/flags is unlisted there too.
+LISTED_PATHS = ("/flagz", "/healthz", "/livez", "/metrics", "/metrics/slis", "/readyz")
 
 
 def _status(code: int, reason: str, message: str) -> Response:
@@ -77,6 +80,7 @@ class SecureServer:
         authenticator: DelegatingAuthenticator,
         authorizer: DelegatingAuthorizer,
         debug_flags: bool = True,  # --profiling
+        component: zpages.Component | None = None,  # for /statusz and /flagz; None: not served
     ) -> None:
         self.host = host
         self.port = port
@@ -85,6 +89,7 @@ class SecureServer:
         self.authenticator = authenticator
         self.authorizer = authorizer
         self.debug_flags = debug_flags
+        self.component = component
         self._http: HTTPServer | None = None
 
     async def start(self) -> None:
@@ -147,6 +152,8 @@ class SecureServer:
             return self._slis
         if self.debug_flags and debugflags.is_debug_flags_path(raw_path):
             return debugflags.serve
+        if (component := self.component) is not None and raw_path in (zpages.STATUSZ_PATH, zpages.FLAGZ_PATH):
+            return lambda request: _zpage(component, request)
         _, endpoint, *rest = raw_path.split("/")
         if endpoint not in HEALTH_ENDPOINTS or len(rest) > 1 or (rest and not rest[0]):
             return None
@@ -179,6 +186,14 @@ class SecureServer:
 
 
 _PLAIN = "text/plain; charset=utf-8"
+
+
+async def _zpage(component: zpages.Component, request: Request) -> Response:
+    accept = request.headers.get("Accept", "")
+    pretty = zpages.pretty_requested(request.headers.get("User-Agent", ""), request.query)
+    respond = zpages.statusz_response if request.raw_path == zpages.STATUSZ_PATH else zpages.flagz_response
+    status, headers, body = respond(component, accept, pretty=pretty)
+    return Response(status, body, headers)
 
 
 def _exposition(registry: CollectorRegistry, request: Request) -> Response:
