@@ -163,9 +163,13 @@ def max_container_restarts(pod: Obj) -> tuple[int, int]:
     return regular, sidecar
 
 
+_MAX_DURATION_NS = 2**63 - 1
+
+
 def _log2_bucket(t: float, now: float) -> int:
-    """floor(log2(now - t)) with the age in nanoseconds, -1 for a future or current time."""
-    age_ns = (now - t) * 1e9
+    """floor(log2(now - t)) with the age in nanoseconds, -1 for a future or current time. Go's
+    time.Sub saturates at the largest Duration (about 292 years), so older ages share one bucket."""
+    age_ns = min((now - t) * 1e9, _MAX_DURATION_NS)
     return int(math.log2(age_ns)) if age_ns > 0 else -1
 
 

@@ -159,6 +159,14 @@ def test_ready_time_in_log2_buckets_with_uid_tiebreak() -> None:
     assert sort_for_deletion([older, newer], [0, 0], None)[0]["metadata"]["name"] == "newer"
 
 
+def test_ages_past_gos_largest_duration_share_one_bucket() -> None:
+    # time.Sub saturates at about 292 years: Ready since 1000 and 1500 tie, and the UID decides (probe 5).
+    year = 365.25 * 86400
+    ancient = pod("ancient", ready_since=NOW - 1026 * year, uid="a")
+    old = pod("old", ready_since=NOW - 526 * year, uid="b")
+    assert [p["metadata"]["name"] for p in sort_for_deletion([old, ancient], [0, 0], NOW)] == ["ancient", "old"]
+
+
 def test_restarts_then_creation_time() -> None:
     calm = pod("calm", restarts=0)
     crashy = pod("crashy", restarts=5)
