@@ -144,8 +144,8 @@ class SecureServer:
         return await handler(request)  # any method, as KCM's health and metrics handlers answer
 
     def _route(self, raw_path: str) -> Callable[[Request], Awaitable[Response]] | None:
-        """The handler of /metrics, /{endpoint} or /{endpoint}/{check}, matched before percent-decoding
-        (so that /readyz%2Fping is no check of /readyz, as the aiohttp router had it)."""
+        """The handler of a path (the metrics, debugging pages, /{endpoint} or /{endpoint}/{check}), matched
+        before percent-decoding (so that /readyz%2Fping is no check of /readyz, as the aiohttp router had it)."""
         if raw_path == "/metrics":
             return self._metrics
         if raw_path == "/metrics/slis":
