@@ -10,8 +10,7 @@ from __future__ import annotations
 import orjson
 
 from pykcm.serving.http import Request, Response
-from pykcm.util import log as logging_setup
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, set_verbosity
 
 log = get_logger("server")
 
@@ -53,7 +52,7 @@ async def serve(request: Request) -> Response:
         verbosity = parse_verbosity(value)
     except ValueError as err:
         return _plain(400, str(err))
-    logging_setup.set_verbosity(verbosity)
+    set_verbosity(verbosity)
     log.info("Log verbosity changed", v=verbosity)
     return _plain(200, f"successfully set klog.logging.verbosity to {value}")
 
