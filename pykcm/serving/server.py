@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, REGISTRY, CollectorRegis
 
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.serving import debugflags, zpages
+from pykcm.serving.accept import parse_accept
 from pykcm.serving.authn import DelegatingAuthenticator, Unauthenticated
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError
@@ -219,19 +220,9 @@ def metrics_content_type(accept: str) -> str:
     prometheus_client's CONTENT_TYPE_LATEST says version=1.0.0 for the same bytes (pykcm's
     metric names need no escaping, so the bytes do not depend on it)."""
     escaping = "underscores"
-    entries = []
-    for entry in accept.split(","):
-        media_type, *params = (part.strip() for part in entry.split(";"))
-        values = dict(param.partition("=")[::2] for param in params)
-        try:
-            quality = float(values.get("q") or 1)
-        except ValueError:
-            quality = 1.0
-        entries.append((quality, media_type, values))
-    entries.sort(key=lambda e: -e[0])  # by quality, as goautoneg.ParseAccept (stable, as a Prometheus Accept needs)
-    for _, media_type, values in entries:
-        if values.get("escaping") in _NAME_ESCAPINGS:
-            escaping = values["escaping"]
-        if media_type == "text/plain" and values.get("version", "0.0.4") in ("0.0.4", ""):
+    for typ, sub, params in parse_accept(accept):  # goautoneg's order, as expfmt.Negotiate reads it
+        if params.get("escaping") in _NAME_ESCAPINGS:
+            escaping = params["escaping"]
+        if (typ, sub) == ("text", "plain") and params.get("version", "") in ("0.0.4", ""):
             break
     return f"{CONTENT_TYPE_PLAIN_0_0_4}; escaping={escaping}"

@@ -22,6 +22,8 @@ from datetime import UTC, date, datetime
 
 import yaml
 
+from pykcm.serving.accept import parse_accept
+
 STATUSZ_PATH, FLAGZ_PATH = "/statusz", "/flagz"
 DELIMITERS = (":", ": ", "=", " ")
 GROUP, VERSIONS, DEPRECATED_VERSION = "config.k8s.io", ("v1alpha1", "v1beta1"), "v1alpha1"
@@ -159,7 +161,7 @@ def _not_acceptable(accept: str, pretty: bool) -> Response:
 def _negotiate(accept: str, kind: str | None) -> tuple[str, str, bool] | None:
     """(media type, version, pretty=1) as NegotiateMediaTypeOptions: the clauses in goautoneg's order, each
     tried against JSON, YAML, text; kind restricts as/g/v to it, None allows none (default restrictions)."""
-    for typ, sub, params in _parse_accept(accept):
+    for typ, sub, params in parse_accept(accept):
         for media in _SERIALIZERS:
             s_typ, s_sub = media.split("/")
             if not ((typ == s_typ and sub in (s_sub, "*")) or typ == sub == "*"):
@@ -176,37 +178,6 @@ def _negotiate(accept: str, kind: str | None) -> tuple[str, str, bool] | None:
             if allowed:
                 return media, v, params.get("pretty") == "1"
     return None
-
-
-def _parse_accept(header: str) -> list[tuple[str, str, dict[str, str]]]:
-    """goautoneg.ParseAccept: spaces trimmed (nothing else), values kept quoted, q as Go's ParseFloat."""
-    clauses: list[tuple[float, str, str, dict[str, str]]] = []
-    for part in header.split(","):
-        media, _, rest = part.strip(" ").partition(";")
-        typ, _, sub = media.partition("/")
-        if (not sub and typ.strip(" ") != "*") or "/" in sub:
-            continue
-        q, params = 1.0, {}
-        for key, _, value in (param.partition("=") for param in rest.split(";") if rest):
-            if value and "=" not in value:
-                if key.strip(" ") == "q":
-                    q = _go_float(value)
-                else:
-                    params[key.strip(" ")] = value.strip(" ")
-        clauses.append((q, typ.strip(" "), sub.strip(" ") if sub else "*", params))
-    for i in range(1, len(clauses)):  # Go's sort.Sort (an insertion sort up to 12 clauses), with its odd Less
-        j = i
-        while j > 0 and (clauses[j][0] > clauses[j - 1][0] or clauses[j - 1][1] == "*" != clauses[j][1]
-                         or clauses[j - 1][2] == "*" != clauses[j][2]):
-            clauses[j], clauses[j - 1] = clauses[j - 1], clauses[j]
-            j -= 1
-    return [(typ, sub, params) for _, typ, sub, params in clauses]
-
-
-def _go_float(text: str) -> float:
-    """strconv.ParseFloat, but for hex floats and float32's range: 0 on a syntax error, as Go's."""
-    ok = re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(?i:inf|infinity|nan)", text)
-    return float(text) if ok else 0.0
 
 
 def _encode(obj: dict, media: str, pretty: bool) -> bytes:
