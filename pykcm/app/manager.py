@@ -37,11 +37,12 @@ from pykcm.serving.authn import DelegatingAuthenticator
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError, load_client_ca, read_client_ca
 from pykcm.serving.dynamiccerts import DynamicServingTLS
-from pykcm.serving.healthz import HealthCheck, process_start_time
+from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import LISTED_PATHS, SecureServer
 from pykcm.serving.tlspolicy import tls_policy
 from pykcm.util import memory
 from pykcm.util.log import get_logger, one_line
+from pykcm.util.process import process_start_time
 
 log = get_logger("controller-manager")
 

@@ -6,14 +6,13 @@ log only: the endpoints are open to anonymous callers, so they say `reason withh
 
 from __future__ import annotations
 
-import functools
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 
 from pykcm.util.log import get_logger
+from pykcm.util.process import process_start_time
 
 log = get_logger("healthz")
 disable_created_metrics()
@@ -25,18 +24,6 @@ healthcheck = Gauge("kubernetes_healthcheck", "This metric records the result of
                     ["name", "type"], registry=SLI_REGISTRY)
 healthchecks_total = Counter("kubernetes_healthchecks_total", "This metric records the results of all healthcheck.",
                              ["name", "type", "status"], registry=SLI_REGISTRY)
-_IMPORTED = time.time()
-
-
-@functools.cache
-def process_start_time() -> float:
-    """When this process started, in seconds since the epoch, as prometheus_client reads /proc."""
-    for family in ProcessCollector(registry=None).collect():
-        if family.name == "process_start_time_seconds":
-            return family.samples[0].value
-    return _IMPORTED  # no /proc: near enough
-
-
 Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
       registry=SLI_REGISTRY).set(process_start_time())
 

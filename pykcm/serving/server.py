@@ -32,13 +32,13 @@ from pykcm.serving.healthz import (
     HealthCheck,
     checks_for,
     evaluate,
-    process_start_time,
     reset_slis,
     run_check,
 )
 from pykcm.serving.http import HTTPServer, Request, Response
 from pykcm.util.hostport import join_host_port
 from pykcm.util.log import get_logger, one_line
+from pykcm.util.process import process_start_time
 
 _NAME_ESCAPINGS = frozenset({"allow-utf-8", "underscores", "dots", "values"})
 log = get_logger("server")
