@@ -18,6 +18,11 @@ rest_client_requests = Counter(
     "Number of HTTP requests, partitioned by status code, method, and host.",
     ["code", "method", "host"],
 )
+rest_client_request_retries = Counter(
+    "rest_client_request_retries_total",
+    "Number of request retries, partitioned by status code, verb, and host.",
+    ["code", "verb", "host"],
+)
 rest_client_request_duration = Histogram(
     "rest_client_request_duration_seconds",
     "Request latency in seconds. Broken down by verb, and host.",
@@ -43,6 +48,7 @@ rest_client_response_size = Histogram(
 
 # Memoised children for the request path (see promlabels).
 requests_by = Children(rest_client_requests)
+retries_by = Children(rest_client_request_retries)
 request_duration_by = Children(rest_client_request_duration)
 rate_limiter_duration_by = Children(rest_client_rate_limiter_duration)
 request_size_by = Children(rest_client_request_size)

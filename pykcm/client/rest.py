@@ -12,17 +12,18 @@ from urllib.parse import quote, urlencode, urlsplit
 import orjson
 
 from pykcm import __version__
-from pykcm.client import metrics
+from pykcm.client import metrics, retry
 from pykcm.client.certrotation import CLIENT_CERT_REFRESH, ClientCertRotation
 from pykcm.client.config import ClientConfig
-from pykcm.client.errors import TooManyRequests, TransportError, error_from_status
+from pykcm.client.errors import TransportError, error_from_status
 from pykcm.client.fence import FencedWrite, sending
-from pykcm.client.http import ConnectionPool, Response, Timeout
+from pykcm.client.http import ConnectionPool, Timeout
 from pykcm.client.httpconnection import HTTPError
 from pykcm.client.protobuf import MAGIC, PROTOBUF, WATCH_ACCEPT, WatchDecoder, decode_status
 from pykcm.client.resources import Resource
+from pykcm.util.durations import go_duration
 from pykcm.util.flowcontrol import client_rate_limiter
-from pykcm.util.log import one_line
+from pykcm.util.log import get_logger, one_line
 
 JSON = "application/json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -35,7 +36,13 @@ REQUEST_TIMEOUT = Timeout(total=60, connect=10)
 WATCH_CONNECT_TIMEOUT = 10.0
 WATCH_READ_MARGIN = 30.0  # a watch is given up if nothing came this long past its server-side timeout
 CONNECTIONS = 256  # per API server
-MAX_THROTTLE_RETRIES = 10  # client-go retries 429s honouring Retry-After up to 10 times
+# client-go logs a wait for its rate limiter over LONG_THROTTLE at V(3); over EXTRA_LONG_THROTTLE
+# also at V(2) at most once a second, or at V(0) at most once in 10 s: KCM's well-known hint
+# to raise --kube-api-qps.
+LONG_THROTTLE, EXTRA_LONG_THROTTLE = 0.05, 1.0
+CLIENT_SIDE_THROTTLING = "client-side throttling, not priority and fairness"
+
+log = get_logger("rest")
 
 
 class _Transport:
@@ -125,40 +132,62 @@ class RestClient:
     ) -> Any:
         host = self._transport.host_label
         data = orjson.dumps(body) if body is not None else None
-        for attempt in range(MAX_THROTTLE_RETRIES + 1):
+        target = _target(path, params)
+        again: retry.Retry | None = None  # what the last attempt asked for
+        attempt = 0
+        while True:
+            attempt += 1
             if self._limiter is not None:
                 waited = await self._limiter.wait()
                 metrics.rate_limiter_duration_by(method, host).observe(waited)
+                if waited > LONG_THROTTLE:
+                    _throttle_log.waited(waited, again.reason if again else CLIENT_SIDE_THROTTLING, method,
+                                         request_url(self.config.host, target))
             if self.config.write_fence is not None:  # after the limiter's wait, and again at the socket
                 self.config.write_fence.check(method, path)
             start = time.monotonic()
             try:
                 with sending(method, path):  # the pool checks the fence again as it writes
                     headers = self._headers(accept, content_type if data is not None else None)
-                    resp = await self._transport.pool().request(method, _target(path, params), headers, data, timeout)
+                    resp = await self._transport.pool().request(method, target, headers, data, timeout)
             except (TimeoutError, HTTPError, OSError, FencedWrite) as exc:
-                metrics.requests_by("<error>", method, host).inc()
+                self._count(attempt, "<error>", method, host)
                 if isinstance(exc, FencedWrite):
                     raise
-                raise TransportError(f"{method} {path}: {one_line(exc)}") from None
+                message = f"{method} {path}: {one_line(exc)}"
+                again = retry.after_error(attempt, method, exc, message)
+                if again is None:
+                    raise TransportError(message) from None
+                await self._retry_wait(again, attempt, target)
+                continue
             finally:
                 metrics.request_duration_by(method, host).observe(time.monotonic() - start)
                 metrics.request_size_by(method, host).observe(len(data) if data else 0)  # as client-go: sent or not
-            metrics.requests_by(str(resp.status), method, host).inc()
-            if resp.status != 429 or attempt == MAX_THROTTLE_RETRIES:  # the answer the caller gets
-                metrics.response_size_by(method, host).observe(len(resp.body))
+            self._count(attempt, str(resp.status), method, host)
+            again = retry.after_response(attempt, resp.status, resp.headers)
+            if again is not None:
+                await self._retry_wait(again, attempt, target)
+                continue
+            metrics.response_size_by(method, host).observe(len(resp.body))  # the answer the caller gets
             if resp.status < 300:
                 if not resp.body:
                     return None
                 if "json" in resp.headers.get("content-type", ""):
                     return orjson.loads(resp.body)
                 return resp.body.decode(errors="replace")
-            err = error_from_status(resp.status, _decode(resp.body))
-            if isinstance(err, TooManyRequests) and attempt < MAX_THROTTLE_RETRIES:
-                await asyncio.sleep(err.retry_after or _retry_after(resp) or 1.0)
-                continue
-            raise err
-        raise AssertionError("unreachable")
+            raise error_from_status(resp.status, _decode(resp.body))
+
+    @staticmethod
+    def _count(attempt: int, code: str, method: str, host: str) -> None:
+        """Every attempt counts as a request; the second and later also as retries, as in client-go."""
+        metrics.requests_by(code, method, host).inc()
+        if attempt > 1:
+            metrics.retries_by(code, method, host).inc()
+
+    async def _retry_wait(self, again: retry.Retry, attempt: int, target: str) -> None:
+        log.v(4).info("Got a Retry-After response", delay=go_duration(again.wait), attempt=attempt,
+                      url=request_url(self.config.host, target))
+        await asyncio.sleep(again.wait)
 
     async def watch(
         self, path: str, params: dict[str, Any], decoder: WatchDecoder | None = None
@@ -256,14 +285,6 @@ def _target(path: str, params: dict[str, Any] | None) -> str:
     return f"{path}?{urlencode(query)}" if query else path
 
 
-def _retry_after(resp: Response) -> float | None:
-    """The Retry-After header in seconds (client-go honours it; the apiserver also puts it in the Status)."""
-    try:
-        return float(resp.headers.get("retry-after", ""))
-    except ValueError:
-        return None
-
-
 def _query(params: dict[str, Any] | None) -> dict[str, str] | None:
     if not params:
         return None
@@ -281,3 +302,26 @@ def _decode(raw: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return {"kind": "Status", "message": raw.decode(errors="replace").strip()[:500]}
     return decoded if isinstance(decoded, dict) else None
+
+
+class _ThrottleLog:
+    """client-go's tryThrottle logging: every long wait at V(3), very long ones rate limited."""
+
+    _EVERY = {2: 1.0, 0: 10.0}  # level: at most one line this often
+
+    def __init__(self) -> None:
+        self._last = dict.fromkeys(self._EVERY, float("-inf"))
+
+    def waited(self, delay: float, reason: str, verb: str, url: str) -> None:
+        kv = {"delay": go_duration(delay), "reason": reason, "verb": verb, "URL": url}
+        log.v(3).info("Waited before sending request", **kv)
+        if delay <= EXTRA_LONG_THROTTLE:
+            return
+        level = 2 if log.v(2).enabled() else 0
+        now = monotonic()
+        if now - self._last[level] >= self._EVERY[level]:
+            self._last[level] = now
+            log.v(level).info("Waited before sending request", **kv)
+
+
+_throttle_log = _ThrottleLog()

@@ -30,6 +30,7 @@ from pykcm.client.rest import RestClient
 from pykcm.controller import metrics
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.informers.store import Obj, object_key
+from pykcm.util.durations import go_duration
 from pykcm.util.log import get_logger
 from pykcm.workqueue import RateLimiter, RateLimitingQueue, default_controller_rate_limiter
 
@@ -150,8 +151,7 @@ class Controller(ABC):
             elapsed = time.monotonic() - start
             metrics.controller_sync_duration_by(self.name, result).observe(elapsed)
             if self.log.v(4).enabled():
-                duration = f"{elapsed * 1000:.3f}ms"
-                self.log.v(4).info("Finished syncing", controller=self.name, key=key, duration=duration)
+                self.log.v(4).info("Finished syncing", controller=self.name, key=key, duration=go_duration(elapsed))
 
 
 def _described(err: Exception) -> Exception | str:

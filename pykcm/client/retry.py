@@ -1,0 +1,59 @@
+"""When a request is sent again, as client-go's rest.withRetry decides (client-go rest/with_retry.go).
+
+A response asks for a retry with an integer `Retry-After` header on a 429 or a 5xx: the
+apiserver sets it for priority-and-fairness and max-in-flight throttling, a watch cache not yet
+ready, and storage timeouts (500 ServerTimeout, Retry-After: 2). Without the header nothing is
+retried: the caller gets the error (a controller re-queues its key). A GET whose connection broke
+(reset, or closed before the answer was whole) is sent again after 1 s; writes are not, as they
+may have been done. A retry waits for the client's rate limiter again, as client-go's does.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pykcm.client.httpconnection import ServerDisconnected
+
+MAX_RETRIES = 10  # client-go's default: rest.Config's maxRetries
+BROKEN_CONNECTION_WAIT = 1  # seconds: client-go's artificial "Retry-After: 1" for a retryable error
+_SECONDS = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.Atoi takes
+
+
+@dataclass(frozen=True)
+class Retry:
+    wait: int  # seconds
+    reason: str  # logged with the wait for the rate limiter, as client-go's getRetryReason
+
+
+def after_response(attempt: int, status: int, headers: Mapping[str, str]) -> Retry | None:
+    """Attempt number `attempt` (1 is the first) got `status`: the retry it asks for, or None."""
+    if attempt > MAX_RETRIES or (status != 429 and status < 500):
+        return None
+    header = headers.get("retry-after", "").strip()
+    if not _SECONDS.fullmatch(header):
+        return None
+    seconds = max(int(header), 0)
+    reason = f"retries: {attempt}, retry-after: {seconds}s - retry-reason: "
+    if status == 429:  # priority and fairness names the FlowSchema that throttled it
+        flow_schema = headers.get("x-kubernetes-pf-flowschema-uid", "")
+        return Retry(seconds, f'{reason}due to server-side throttling, FlowSchema UID: "{flow_schema}"')
+    return Retry(seconds, f"{reason}{status}")
+
+
+def after_error(attempt: int, method: str, err: BaseException, message: str) -> Retry | None:
+    """Attempt `attempt` failed with `err` before an answer: a GET whose connection broke is retried."""
+    if attempt > MAX_RETRIES or method != "GET" or not is_broken_connection(err):
+        return None
+    wait = BROKEN_CONNECTION_WAIT
+    reason = f"retries: {attempt}, retry-after: {wait}s - retry-reason: due to retryable error, error: {message}"
+    return Retry(wait, reason)
+
+
+def is_broken_connection(err: BaseException) -> bool:
+    """apimachinery's IsConnectionReset or IsProbableEOF: the peer reset or closed the connection
+    (not a refused connection nor a timeout)."""
+    return isinstance(err, (ServerDisconnected, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError,
+                            ssl.SSLZeroReturnError))

@@ -1,0 +1,176 @@
+"""client-go's retries and rate-limiter logs in RestClient (pykcm/client/retry.py), against loopback
+servers: a 429 or 5xx is sent again only when it carries an integer Retry-After, at most ten
+times, counted in rest_client_request_retries_total; a GET whose connection broke is sent again
+after 1 s, a write is not."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from aiohttp import web
+from prometheus_client import REGISTRY
+
+from pykcm.client import retry
+from pykcm.client.config import ClientConfig
+from pykcm.client.errors import ApiError, InternalError, ServiceUnavailable, TooManyRequests, TransportError
+from pykcm.client.rest import RestClient, _ThrottleLog
+from pykcm.util.log import set_verbosity
+from tests.support import loopback_server
+from tests.unit.test_http import client, ok, raw_server, read_request
+
+Answer = tuple[int, dict[str, str]]  # a status code (200: a ConfigMap) and headers
+CONFIGMAP = {"kind": "ConfigMap"}
+
+
+def answer(code: int, headers: dict[str, str]) -> web.Response:
+    if code == 200:
+        return web.json_response(CONFIGMAP, headers=headers)
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "message": "try later"}
+    return web.json_response(body, status=code, headers=headers)
+
+
+def retries(url: str, code: str, verb: str = "GET") -> float:
+    labels = {"code": code, "verb": verb, "host": url.removeprefix("http://")}
+    return REGISTRY.get_sample_value("rest_client_request_retries_total", labels) or 0.0
+
+
+async def serve(answers: list[Answer], method: str = "GET", qps: float = 1000) -> tuple[object, int, str]:
+    """Send one request to a server giving `answers` in turn (the last one again when they run
+    out): what the request returned or raised, how many times it was sent, the server's URL."""
+    sent = 0
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        nonlocal sent
+        sent += 1
+        return answer(*answers[min(sent, len(answers)) - 1])
+
+    async with loopback_server(handle) as url:
+        api = RestClient(ClientConfig(host=url, ssl_context=None, qps=qps, burst=1 if qps < 1000 else 1000))
+        try:
+            outcome: object = await api.request(method, PATH, body={} if method != "GET" else None)
+        except (ApiError, TransportError) as err:
+            outcome = err
+        finally:
+            await api.close()
+    return outcome, sent, url
+
+
+PATH = "/api/v1/namespaces/a/configmaps/c"
+AGAIN = {"Retry-After": "0"}
+OK: Answer = (200, {})
+
+
+@pytest.mark.parametrize("code", [429, 500, 503, 504])
+async def test_a_429_or_5xx_with_retry_after_is_sent_again(code: int) -> None:
+    outcome, sent, url = await serve([(code, AGAIN), OK])
+    assert (outcome, sent) == (CONFIGMAP, 2)
+    assert retries(url, "200") == 1
+
+
+@pytest.mark.parametrize(("code", "error"), [(429, TooManyRequests), (500, InternalError), (503, ServiceUnavailable)])
+async def test_without_retry_after_the_error_is_the_callers(code: int, error: type[ApiError]) -> None:
+    outcome, sent, url = await serve([(code, {}), OK])
+    assert isinstance(outcome, error) and sent == 1
+    assert retries(url, "200") == 0
+
+
+@pytest.mark.parametrize("header", ["1.5", "soon", "Wed, 21 Oct 2015 07:28:00 GMT", ""])
+async def test_a_retry_after_that_is_not_whole_seconds_is_no_retry(header: str) -> None:
+    """client-go reads the header with strconv.Atoi: an HTTP date or a fraction is not honoured."""
+    outcome, sent, _ = await serve([(503, {"Retry-After": header}), OK])
+    assert isinstance(outcome, ServiceUnavailable) and sent == 1
+
+
+async def test_a_4xx_other_than_429_is_never_retried() -> None:
+    outcome, sent, _ = await serve([(409, AGAIN), OK], method="PUT")
+    assert isinstance(outcome, ApiError) and outcome.code == 409 and sent == 1
+
+
+async def test_ten_retries_then_the_last_answer_is_the_callers() -> None:
+    outcome, sent, url = await serve([(503, AGAIN)], method="POST")
+    assert isinstance(outcome, ServiceUnavailable)
+    assert sent == 1 + retry.MAX_RETRIES
+    assert retries(url, "503", "POST") == retry.MAX_RETRIES
+
+
+@pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])
+async def test_a_get_whose_connection_broke_is_sent_again_after_a_second_and_a_write_is_not(method: str) -> None:
+    """The first answer is cut short (the server closed the connection mid-body): the GET may be
+    repeated, a write may have been done and is not."""
+    arrivals: list[float] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await read_request(reader):
+            arrivals.append(time.monotonic())
+            if len(arrivals) == 1:
+                writer.write(ok(b'{"items": [1, 2, 3]}')[:-5])
+                await writer.drain()
+                return
+            writer.write(ok(b'{"items": []}'))
+            await writer.drain()
+
+    async with raw_server(handle) as url:
+        api = client(url)
+        try:
+            if method == "GET":
+                assert await api.request(method, "/a") == {"items": []}
+            else:
+                with pytest.raises(TransportError, match="before the response was complete"):
+                    await api.request(method, "/a", body={})
+        finally:
+            await api.close()
+    if method == "GET":
+        assert len(arrivals) == 2 and arrivals[1] - arrivals[0] >= 0.95
+        assert retries(url, "200") == 1
+    else:
+        assert len(arrivals) == 1
+
+
+def test_the_reasons_are_client_gos() -> None:
+    throttled = retry.after_response(1, 429, {"retry-after": "2", "x-kubernetes-pf-flowschema-uid": "f-1"})
+    assert throttled == retry.Retry(
+        2, 'retries: 1, retry-after: 2s - retry-reason: due to server-side throttling, FlowSchema UID: "f-1"')
+    assert retry.after_response(3, 500, {"retry-after": "+2"}) == retry.Retry(
+        2, "retries: 3, retry-after: 2s - retry-reason: 500")
+    assert retry.after_response(1, 503, {"retry-after": "-5"}).wait == 0  # type: ignore[union-attr]
+    broken = retry.after_error(1, "GET", ConnectionResetError(), "GET /api: reset")
+    assert broken == retry.Retry(
+        1, "retries: 1, retry-after: 1s - retry-reason: due to retryable error, error: GET /api: reset")
+    assert retry.after_error(1, "GET", ConnectionRefusedError(), "refused") is None
+    assert retry.after_error(1, "GET", TimeoutError(), "timed out") is None
+    assert retry.after_response(retry.MAX_RETRIES + 1, 429, {"retry-after": "1"}) is None
+
+
+@pytest.fixture
+def verbosity_3() -> Iterator[None]:
+    set_verbosity(3)
+    yield
+    set_verbosity(0)
+
+
+async def test_waits_for_the_rate_limiter_are_logged_with_the_reason(verbosity_3: None,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Over 50 ms at V(3), as client-go's tryThrottle; a retry's wait names the retry."""
+    with caplog.at_level(logging.INFO, logger="pykcm.rest"):
+        _, sent, url = await serve([(503, AGAIN), OK], qps=5)
+    assert sent == 2
+    waits = [r for r in caplog.records if r.getMessage() == "Waited before sending request"]
+    assert len(waits) == 1
+    kv = waits[0].kv  # type: ignore[attr-defined]
+    assert kv["reason"] == "retries: 1, retry-after: 0s - retry-reason: 503"
+    assert kv["verb"] == "GET" and kv["URL"] == f"{url}{PATH}"
+    assert kv["delay"].endswith("ms")
+
+
+def test_waits_over_a_second_reach_the_default_verbosity_once_in_ten_seconds(caplog: pytest.LogCaptureFixture) -> None:
+    log = _ThrottleLog()
+    with caplog.at_level(logging.INFO, logger="pykcm.rest"):
+        for delay in (1.5, 2.0, 0.5, 3.0):
+            log.waited(delay, "client-side throttling, not priority and fairness", "POST", "https://h/api")
+    lines = [orjson.dumps(r.kv).decode() for r in caplog.records]  # type: ignore[attr-defined]
+    assert len(lines) == 1 and '"delay":"1.5s"' in lines[0]
