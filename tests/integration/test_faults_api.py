@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client import REGISTRY
 
 from pykcm.client import rest
 from pykcm.client.errors import NotFound
@@ -176,6 +177,76 @@ async def test_certificates_rotated_while_running(
     assert "Certificate rotation detected" in caplog.text
     assert sampler.most <= SCALED and len(sampler.names) == SCALED, (sampler.most, len(sampler.names))
     report("certificates rotated (client pair replaced, apiserver restarted with a new serving cert)", recovery)
+
+
+async def test_priority_and_fairness_rejecting_what_finds_no_seat(own_plane: ControlPlane, own_client: RestClient,
+                                                                  tmp_path: Path) -> None:
+    """The apiserver's own priority and fairness puts pykcm's user at a level of 3 seats that
+    rejects the rest (429 with Retry-After, no queue): the rejected requests are sent again after
+    their Retry-After, as client-go's are, and the scale-up converges with one create per pod."""
+    if os.environ.get(CONTROLLER_KUBECONFIG_ENV):
+        pytest.skip("pykcm runs as a user of this test's own; the deploy-credentials mode does not apply")
+    user = f"pykcm-apf-{uuid.uuid4().hex[:6]}"
+    cert, key = tmp_path / "pykcm.crt", tmp_path / "pykcm.key"
+    issue_certificate(own_plane.pki, cert, key, user)  # not system:masters, which the "exempt" schema takes
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(cert_files_kubeconfig(own_plane, cert, key)))
+    flowcontrol = "/apis/flowcontrol.apiserver.k8s.io/v1"
+    # 1 share of the server's 600 seats against the default levels' 245: 3 seats.
+    level = {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+             "metadata": {"name": user}, "spec": {"type": "Limited", "limited": {
+                 "nominalConcurrencyShares": 1, "lendablePercent": 0, "borrowingLimitPercent": 0,
+                 "limitResponse": {"type": "Reject"}}}}
+    schema = {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": f"a-{user}"},
+              "spec": {"priorityLevelConfiguration": {"name": user}, "matchingPrecedence": 2,
+                       "distinguisherMethod": {"type": "ByUser"},
+                       "rules": [{"subjects": [{"kind": "User", "user": {"name": user}}],
+                                  "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                                     "namespaces": ["*"], "clusterScope": True}]}]}}
+    schema_path, level_path = f"{flowcontrol}/flowschemas/a-{user}", f"{flowcontrol}/prioritylevelconfigurations/{user}"
+
+    async def in_effect() -> bool:  # the apiserver's config controller has digested the schema
+        conditions = (await own_client.request("GET", schema_path)).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Dangling" and c["status"] == "False" for c in conditions)
+
+    namespace = await create_namespace(own_client, "apf")
+    try:
+        await own_client.create(CLUSTERROLEBINDINGS, cluster_admin_binding(user))
+        await own_client.request("POST", f"{flowcontrol}/prioritylevelconfigurations", body=level)
+        await own_client.request("POST", f"{flowcontrol}/flowschemas", body=schema)
+        await wait_for(in_effect, 30, 0.2, "the FlowSchema in effect")
+        before, retries_before = await rejected(own_client, user), retries_to(own_plane.apiserver_url)
+        async with running_manager(kubeconfig, "replicaset"):
+            await own_client.create(REPLICASETS, replicaset_manifest("throttled", START), namespace=namespace)
+            await wait_converged(own_client, namespace, "throttled")
+            async with PodSampler(own_client, namespace, "throttled").running() as sampler:
+                await own_client.patch(REPLICASETS, "throttled", {"spec": {"replicas": 40}}, namespace)
+                took = await wait_converged(own_client, namespace, "throttled", timeout=120)
+            retried = retries_to(own_plane.apiserver_url) - retries_before
+    finally:
+        for path in (schema_path, level_path, CLUSTERROLEBINDINGS.path(None, user)):
+            with contextlib.suppress(NotFound):
+                await own_client.request("DELETE", path)
+    assert sampler.most <= 40 and len(sampler.names) == 40, (sampler.most, len(sampler.names))
+    refused = await rejected(own_client, user) - before
+    assert refused > 0, "the apiserver rejected none of pykcm's requests"
+    assert retried > 0, "no request was sent again"
+    report(f"priority and fairness rejecting all but 3 requests at a time, scale 3 -> 40 ({refused:g} rejected,"
+           f" {retried:g} sent again)", took)
+
+
+async def rejected(client: RestClient, level: str) -> float:
+    """apiserver_flowcontrol_rejected_requests_total of one priority level, from the apiserver's /metrics."""
+    text = await client.request("GET", "/metrics", accept="text/plain")
+    family, label = "apiserver_flowcontrol_rejected_requests_total{", f'priority_level="{level}"'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(family) and label in line)
+
+
+def retries_to(url: str) -> float:
+    """This process's rest_client_request_retries_total towards one apiserver, every code and verb."""
+    host = url.removeprefix("https://")
+    return sum(sample.value for metric in REGISTRY.collect() if metric.name == "rest_client_request_retries"
+               for sample in metric.samples if sample.name.endswith("_total") and sample.labels.get("host") == host)
 
 
 def cluster_admin_binding(user: str) -> dict:
