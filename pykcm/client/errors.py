@@ -21,11 +21,6 @@ class ApiError(Exception):
         # metav1.StatusCause serialises its Type field under the JSON key "reason".
         return any(c.get("reason") == cause_type for c in self.causes)
 
-    @property
-    def retry_after(self) -> float | None:
-        seconds = self.details.get("retryAfterSeconds")
-        return float(seconds) if seconds else None
-
 
 class BadRequest(ApiError): ...
 class Unauthorized(ApiError): ...
