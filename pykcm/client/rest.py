@@ -17,7 +17,7 @@ from pykcm.client.certrotation import CLIENT_CERT_REFRESH, ClientCertRotation
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import TransportError, error_from_status
 from pykcm.client.fence import FencedWrite, sending
-from pykcm.client.http import ConnectionPool, Timeout
+from pykcm.client.http import ConnectionPool, Stream, Timeout
 from pykcm.client.httpconnection import HTTPError
 from pykcm.client.protobuf import MAGIC, PROTOBUF, WATCH_ACCEPT, WatchDecoder, decode_status
 from pykcm.client.resources import Resource
@@ -195,7 +195,6 @@ class RestClient:
         """Yield watch events ({"type", "object"}) until the server ends the stream; with `decoder`,
         protobuf is asked for (client/protobuf.py) and JSON accepted, as client-go does: the
         server answers JSON for a type it cannot encode as protobuf (a custom resource)."""
-        host = self._transport.host_label
         # Not rate limited, as client-go's Watch is not (the reflector backs off on its own): a
         # re-watch after an outage does not wait behind writes, nor take their tokens.
         server_timeout = float(params.get("timeoutSeconds") or 0)
@@ -203,14 +202,8 @@ class RestClient:
         timeout = Timeout(connect=WATCH_CONNECT_TIMEOUT, read=read_timeout)
         accept = f"{WATCH_ACCEPT}, {JSON}" if decoder is not None else JSON
         try:
-            resp = await self._transport.pool().stream(
-                "GET", _target(path, {**params, "watch": "true"}), self._headers(accept, None), timeout
-            )
+            resp = await self._open_watch(_target(path, {**params, "watch": "true"}), accept, timeout, path)
             try:
-                metrics.requests_by(str(resp.status), "GET", host).inc()
-                if resp.status >= 300:
-                    body = await resp.read()
-                    raise error_from_status(resp.status, decode_status(body) if body[:4] == MAGIC else _decode(body))
                 if not resp.headers.get("content-type", "").startswith(PROTOBUF):
                     decoder = None
                 buffer = b""
@@ -237,6 +230,36 @@ class RestClient:
                 resp.close()
         except (TimeoutError, HTTPError, OSError) as exc:
             raise TransportError(f"watch {path}: {one_line(exc)}") from None
+
+    async def _open_watch(self, target: str, accept: str, timeout: Timeout, path: str) -> Stream:
+        """The watch's response, once its head says 2xx. As client-go's Watch, the request is sent
+        again after a 429 or 5xx's Retry-After, and after 1 s when its connection broke or timed out;
+        other failures are the caller's (the reflector backs off and watches again)."""
+        host = self._transport.host_label
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                resp = await self._transport.pool().stream("GET", target, self._headers(accept, None), timeout)
+            except (TimeoutError, HTTPError, OSError) as exc:
+                self._count(attempt, "<error>", "GET", host)
+                message = f"watch {path}: {one_line(exc)}"
+                again = retry.after_error(attempt, "GET", exc, message, timeouts=True)
+                if again is None:
+                    raise
+                await self._retry_wait(again, attempt, target)
+                continue
+            self._count(attempt, str(resp.status), "GET", host)
+            if resp.status < 300:
+                return resp
+            try:
+                body = await resp.read()
+            finally:
+                resp.close()
+            again = retry.after_response(attempt, resp.status, resp.headers)
+            if again is None:
+                raise error_from_status(resp.status, decode_status(body) if body[:4] == MAGIC else _decode(body))
+            await self._retry_wait(again, attempt, target)
 
     # -- typed helpers over Resource ------------------------------------------------------------------
 

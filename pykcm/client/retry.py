@@ -5,7 +5,8 @@ apiserver sets it for priority-and-fairness and max-in-flight throttling, a watc
 ready, and storage timeouts (500 ServerTimeout, Retry-After: 2). Without the header nothing is
 retried: the caller gets the error (a controller re-queues its key). A GET whose connection broke
 (reset, or closed before the answer was whole) is sent again after 1 s; writes are not, as they
-may have been done. A retry waits for the client's rate limiter again, as client-go's does.
+may have been done. A retry waits for the client's rate limiter again, as client-go's does; a
+watch is retried the same way until its response head arrives (a timeout too), not rate limited.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ def after_response(attempt: int, status: int, headers: Mapping[str, str]) -> Ret
     return Retry(seconds, f"{reason}{status}")
 
 
-def after_error(attempt: int, method: str, err: BaseException, message: str) -> Retry | None:
-    """Attempt `attempt` failed with `err` before an answer: a GET whose connection broke is retried."""
-    if attempt > MAX_RETRIES or method != "GET" or not is_broken_connection(err):
+def after_error(attempt: int, method: str, err: BaseException, message: str, timeouts: bool = False) -> Retry | None:
+    """Attempt `attempt` failed with `err` before an answer: a GET whose connection broke is retried
+    (with `timeouts`, a watch's, also one that timed out, as client-go's Watch does)."""
+    retryable = is_broken_connection(err) or (timeouts and isinstance(err, TimeoutError))
+    if attempt > MAX_RETRIES or method != "GET" or not retryable:
         return None
     wait = BROKEN_CONNECTION_WAIT
     reason = f"retries: {attempt}, retry-after: {wait}s - retry-reason: due to retryable error, error: {message}"

@@ -21,7 +21,7 @@ from pykcm.client.errors import ApiError, InternalError, ServiceUnavailable, Too
 from pykcm.client.rest import RestClient, _ThrottleLog
 from pykcm.util.log import set_verbosity
 from tests.support import loopback_server
-from tests.unit.test_http import client, ok, raw_server, read_request
+from tests.unit.test_http import Handler, client, ok, raw_server, read_request
 
 Answer = tuple[int, dict[str, str]]  # a status code (200: a ConfigMap) and headers
 CONFIGMAP = {"kind": "ConfigMap"}
@@ -98,23 +98,27 @@ async def test_ten_retries_then_the_last_answer_is_the_callers() -> None:
     assert retries(url, "503", "POST") == retry.MAX_RETRIES
 
 
+def cut_first(arrivals: list[float], cut: bytes, then: bytes) -> Handler:
+    """A raw server's handler: the first request gets `cut` and the connection closed, every later
+    one `then`; each arrival's time goes to `arrivals`."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await read_request(reader):
+            arrivals.append(time.monotonic())
+            writer.write(cut if len(arrivals) == 1 else then)
+            await writer.drain()
+            if len(arrivals) == 1:
+                return
+
+    return handle
+
+
 @pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])
 async def test_a_get_whose_connection_broke_is_sent_again_after_a_second_and_a_write_is_not(method: str) -> None:
     """The first answer is cut short (the server closed the connection mid-body): the GET may be
     repeated, a write may have been done and is not."""
     arrivals: list[float] = []
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while await read_request(reader):
-            arrivals.append(time.monotonic())
-            if len(arrivals) == 1:
-                writer.write(ok(b'{"items": [1, 2, 3]}')[:-5])
-                await writer.drain()
-                return
-            writer.write(ok(b'{"items": []}'))
-            await writer.drain()
-
-    async with raw_server(handle) as url:
+    async with raw_server(cut_first(arrivals, ok(b'{"items": [1, 2, 3]}')[:-5], ok(b'{"items": []}'))) as url:
         api = client(url)
         try:
             if method == "GET":
@@ -174,3 +178,57 @@ def test_waits_over_a_second_reach_the_default_verbosity_once_in_ten_seconds(cap
             log.waited(delay, "client-side throttling, not priority and fairness", "POST", "https://h/api")
     lines = [orjson.dumps(r.kv).decode() for r in caplog.records]  # type: ignore[attr-defined]
     assert len(lines) == 1 and '"delay":"1.5s"' in lines[0]
+
+
+# -- watches: retried until their response head arrives, as client-go's Watch ----------------------
+
+
+async def watched(answers: list[Answer]) -> tuple[object, int, str]:
+    """Watch a server that gives `answers` in turn, then a stream of one ADDED event: the names
+    seen (or the error raised), how many times the watch was sent, the server's URL."""
+    sent = 0
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        nonlocal sent
+        sent += 1
+        if sent <= len(answers):
+            return answer(*answers[sent - 1])
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(orjson.dumps({"type": "ADDED", "object": {"metadata": {"name": "c"}}}) + b"\n")
+        return resp
+
+    async with loopback_server(handle) as url:
+        api = client(url)
+        try:
+            outcome: object = [e["object"]["metadata"]["name"] async for e in api.watch(PATH, {})]
+        except (ApiError, TransportError) as err:
+            outcome = err
+        finally:
+            await api.close()
+    return outcome, sent, url
+
+
+async def test_a_watch_answered_429_or_5xx_with_retry_after_is_sent_again() -> None:
+    outcome, sent, url = await watched([(429, AGAIN), (503, AGAIN)])
+    assert (outcome, sent) == (["c"], 3)
+    assert retries(url, "503") == 1 and retries(url, "200") == 1
+
+
+async def test_a_watch_refused_without_retry_after_is_the_reflectors_to_handle() -> None:
+    outcome, sent, _ = await watched([(410, AGAIN), (429, {})])
+    assert isinstance(outcome, ApiError) and outcome.code == 410 and sent == 1
+    outcome, sent, _ = await watched([(429, {})])
+    assert isinstance(outcome, TooManyRequests) and sent == 1
+
+
+async def test_a_watch_whose_connection_broke_before_its_head_is_sent_again() -> None:
+    arrivals: list[float] = []
+    stream = ok(b'{"type": "ADDED", "object": {"metadata": {"name": "c"}}}\n')
+    async with raw_server(cut_first(arrivals, b"HTTP/1.1 200 OK\r\nContent-Ty", stream)) as url:  # cut in the head
+        api = client(url)
+        try:
+            assert [e["object"]["metadata"]["name"] async for e in api.watch(PATH, {})] == ["c"]
+        finally:
+            await api.close()
+    assert len(arrivals) == 2 and arrivals[1] - arrivals[0] >= 0.95
