@@ -11,6 +11,7 @@ from typing import Protocol
 from pykcm.client.protobuf import PROTOBUF
 from pykcm.client.rest import JSON
 from pykcm.serving.tlspolicy import tls_policy
+from pykcm.util.durations import go_duration as format_duration  # the inverse of parse_duration, as Go writes it
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -40,16 +41,6 @@ def parse_duration(text: str) -> float:
     if pos != len(value):
         raise OptionsError(f"invalid duration {text!r} (use Go syntax such as 15s, 5m, 1h30m)")
     return sign * total
-
-
-def format_duration(seconds: float) -> str:
-    """The inverse, for help texts and logs: 300 -> `5m0s`, 43200 -> `12h0m0s`."""
-    whole = int(seconds)
-    if whole != seconds or whole < 60:
-        return f"{seconds:g}s"
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes}m{secs}s" if hours else f"{minutes}m{secs}s"
 
 
 class RegisteredController(Protocol):

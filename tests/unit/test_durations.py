@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pykcm.app.flagz import pflag_text
 from pykcm.util.durations import go_duration
 
 
@@ -25,3 +26,8 @@ from pykcm.util.durations import go_duration
 )
 def test_as_go_writes_it(seconds: float, text: str) -> None:
     assert go_duration(seconds) == text
+
+
+@pytest.mark.parametrize(("given", "shown"), [("500ms", "500ms"), ("90s", "1m30s"), ("2s", "2s"), ("1.5m", "1m30s")])
+def test_flagz_shows_a_duration_flag_as_kcms_pflag_does(given: str, shown: str) -> None:
+    assert pflag_text("leader-elect-retry-period", given) == shown
