@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from time import monotonic
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -146,27 +146,27 @@ class RestClient:
             if self.config.write_fence is not None:  # after the limiter's wait, and again at the socket
                 self.config.write_fence.check(method, path)
             start = time.monotonic()
+            failed: BaseException | None = None
             try:
                 with sending(method, path):  # the pool checks the fence again as it writes
                     headers = self._headers(accept, content_type if data is not None else None)
                     resp = await self._transport.pool().request(method, target, headers, data, timeout)
-            except (TimeoutError, HTTPError, OSError, FencedWrite) as exc:
+            except FencedWrite:
                 self._count(attempt, "<error>", method, host)
-                if isinstance(exc, FencedWrite):
-                    raise
-                message = f"{method} {path}: {one_line(exc)}"
-                again = retry.after_error(attempt, method, exc, message)
-                if again is None:
-                    raise TransportError(message) from None
-                await self._retry_wait(again, attempt, target)
-                continue
-            finally:
+                raise
+            except (TimeoutError, HTTPError, OSError) as exc:
+                failed = exc
+            finally:  # the attempt's own time, not the wait before the next one
                 metrics.request_duration_by(method, host).observe(time.monotonic() - start)
                 metrics.request_size_by(method, host).observe(len(data) if data else 0)  # as client-go: sent or not
-            self._count(attempt, str(resp.status), method, host)
-            again = retry.after_response(attempt, resp.status, resp.headers)
+            if failed is not None:
+                message = f"{method} {path}: {one_line(failed)}"
+                again = await self._retry_after(attempt, method, target, error=failed, message=message)
+                if again is None:
+                    raise TransportError(message) from None
+                continue
+            again = await self._retry_after(attempt, method, target, status=resp.status, headers=resp.headers)
             if again is not None:
-                await self._retry_wait(again, attempt, target)
                 continue
             metrics.response_size_by(method, host).observe(len(resp.body))  # the answer the caller gets
             if resp.status < 300:
@@ -184,10 +184,31 @@ class RestClient:
         if attempt > 1:
             metrics.retries_by(code, method, host).inc()
 
-    async def _retry_wait(self, again: retry.Retry, attempt: int, target: str) -> None:
-        log.v(4).info("Got a Retry-After response", delay=go_duration(again.wait), attempt=attempt,
-                      url=request_url(self.config.host, target))
-        await asyncio.sleep(again.wait)
+    async def _retry_after(
+        self,
+        attempt: int,
+        method: str,
+        target: str,
+        *,
+        status: int = 0,
+        headers: Mapping[str, str] | None = None,
+        error: BaseException | None = None,
+        message: str = "",
+        timeouts: bool = False,
+    ) -> retry.Retry | None:
+        """Count attempt `attempt`'s answer (`status` and `headers`) or `error`; when retry.py says
+        it is to be sent again, wait the delay and return why, else None (the caller's to raise)."""
+        if error is not None:
+            self._count(attempt, "<error>", method, self._transport.host_label)
+            again = retry.after_error(attempt, method, error, message, timeouts=timeouts)
+        else:
+            self._count(attempt, str(status), method, self._transport.host_label)
+            again = retry.after_response(attempt, status, headers or {})
+        if again is not None:
+            log.v(4).info("Got a Retry-After response", delay=go_duration(again.wait), attempt=attempt,
+                          url=request_url(self.config.host, target))
+            await asyncio.sleep(again.wait)
+        return again
 
     async def watch(
         self, path: str, params: dict[str, Any], decoder: WatchDecoder | None = None
@@ -235,31 +256,25 @@ class RestClient:
         """The watch's response, once its head says 2xx. As client-go's Watch, the request is sent
         again after a 429 or 5xx's Retry-After, and after 1 s when its connection broke or timed out;
         other failures are the caller's (the reflector backs off and watches again)."""
-        host = self._transport.host_label
         attempt = 0
         while True:
             attempt += 1
             try:
                 resp = await self._transport.pool().stream("GET", target, self._headers(accept, None), timeout)
             except (TimeoutError, HTTPError, OSError) as exc:
-                self._count(attempt, "<error>", "GET", host)
                 message = f"watch {path}: {one_line(exc)}"
-                again = retry.after_error(attempt, "GET", exc, message, timeouts=True)
-                if again is None:
-                    raise
-                await self._retry_wait(again, attempt, target)
-                continue
-            self._count(attempt, str(resp.status), "GET", host)
+                if await self._retry_after(attempt, "GET", target, error=exc, message=message, timeouts=True):
+                    continue
+                raise
             if resp.status < 300:
+                self._count(attempt, str(resp.status), "GET", self._transport.host_label)
                 return resp
             try:
                 body = await resp.read()
             finally:
                 resp.close()
-            again = retry.after_response(attempt, resp.status, resp.headers)
-            if again is None:
+            if not await self._retry_after(attempt, "GET", target, status=resp.status, headers=resp.headers):
                 raise error_from_status(resp.status, decode_status(body) if body[:4] == MAGIC else _decode(body))
-            await self._retry_wait(again, attempt, target)
 
     # -- typed helpers over Resource ------------------------------------------------------------------
 
