@@ -13,6 +13,7 @@ allowed) denied with 403, exactly as KCM answers; a token the apiserver rejects 
 from __future__ import annotations
 
 import os
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -203,7 +204,18 @@ def _exposition(registry: CollectorRegistry, request: Request) -> Response:
         "Content-Type": metrics_content_type(request.headers.get("Accept", "")),
         "Process-Start-Time-Unix": str(int(process_start_time())),
     }
-    return Response(200, generate_latest(registry), headers)
+    return Response(200, go_bounds(generate_latest(registry)), headers)
+
+
+# prometheus/common writes a whole-number bucket bound or quantile as Go does ("1", "10"),
+# prometheus_client as Python does ("1.0"). Prometheus 2 keeps `le` as scraped, so a query
+# naming le="1", written against KCM, would find none of pykcm's buckets.
+_WHOLE_BOUND = re.compile(rb'([{,](?:le|quantile)="-?[0-9]+)\.0"')
+
+
+def go_bounds(exposition: bytes) -> bytes:
+    """The `le` and `quantile` label values of a text exposition spelled as Go spells them."""
+    return _WHOLE_BOUND.sub(rb'\1"', exposition)
 
 
 def _not_found() -> Response:

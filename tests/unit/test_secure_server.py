@@ -14,7 +14,7 @@ from pykcm.serving.authn import DelegatingAuthenticator
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.certs import ServingError
 from pykcm.serving.healthz import HealthCheck
-from pykcm.serving.server import SecureServer, metrics_content_type
+from pykcm.serving.server import SecureServer, go_bounds, metrics_content_type
 from pykcm.util.log import get_logger, set_verbosity
 from tests.support import free_port
 from tests.unit.test_serving_http import connect, exchange, get, read_response
@@ -112,6 +112,17 @@ PROMETHEUS_3_ACCEPT = (
 )
 def test_the_metrics_content_type_is_kcms(accept: str, escaping: str) -> None:
     assert metrics_content_type(accept) == f"text/plain; version=0.0.4; charset=utf-8; escaping={escaping}"
+
+
+def test_bucket_bounds_and_quantiles_are_spelled_as_go_writes_them() -> None:
+    # prometheus/common's writeFloat: 1 -> "1", 10 -> "10", 262144 -> "262144"; fractions and
+    # exponents are already the same; a label merely containing `le="1.0"` is not one.
+    python = (b'h_bucket{name="a",le="1.0"} 2.0\nh_bucket{le="10.0"} 2.0\nh_bucket{le="0.5"} 1.0\n'
+              b'h_bucket{le="262144.0"} 1.0\nh_bucket{le="1.048576e+06"} 1.0\ns{quantile="1.0"} 3.0\n'
+              b'g{q="le=\\"1.0\\""} 1.0\n')
+    assert go_bounds(python) == (b'h_bucket{name="a",le="1"} 2.0\nh_bucket{le="10"} 2.0\nh_bucket{le="0.5"} 1.0\n'
+                                 b'h_bucket{le="262144"} 1.0\nh_bucket{le="1.048576e+06"} 1.0\ns{quantile="1"} 3.0\n'
+                                 b'g{q="le=\\"1.0\\""} 1.0\n')
 
 
 async def test_metrics_slis_has_each_aggregated_checks_result_and_delete_resets_it() -> None:
