@@ -14,6 +14,7 @@ import typer
 
 from pykcm import __version__
 from pykcm.app import eventloop, flagz, kcmflags, stackdump
+from pykcm.app.configz import canonical_controllers
 from pykcm.app.options import (
     Options,
     OptionsError,
@@ -168,6 +169,7 @@ def run(
     except OptionsError as err:
         raise typer.BadParameter(str(err), param_hint="--controllers") from None
     classes = [registry[name] for name in enabled]
+    options.controllers = canonical_controllers(options.controllers, registry.values())  # as /configz shows them
 
     if options.local:
         from pykcm.testenv.cluster import running

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pykcm import __version__
 from pykcm.app import metrics
 from pykcm.app.clientbuilder import ServiceAccountClientBuilder
+from pykcm.app.configz import configz
 from pykcm.app.leaderelection import LeaderElectionConfig, new_identity
 from pykcm.app.leasethread import ThreadedElector
 from pykcm.app.looplag import BlockedLoopWatch, LoopHeartbeat, measure_event_loop_lag
@@ -151,7 +152,7 @@ class Manager:
                 debug_flags=opts.profiling,
                 component=zpages.Component(
                     name="pykcm", start_time=datetime.fromtimestamp(process_start_time(), UTC),
-                    binary_version=__version__, paths=LISTED_PATHS, flags=opts.flagz,
+                    binary_version=__version__, paths=LISTED_PATHS, flags=opts.flagz, config=configz(opts),
                 ),
             )
             await server.start()

@@ -1,4 +1,4 @@
-"""HTTPS for the health endpoints, /metrics, /metrics/slis, /statusz, /flagz and /debug/flags, guarded as KCM's port.
+"""HTTPS for health, /metrics, /metrics/slis, /statusz, /flagz, /configz and /debug/flags, guarded as KCM's port.
 
 The handler chain mirrors controller-manager's BuildHandlerChain: authenticate (client
 certificate signed by the cluster's client CA, else a bearer token checked with a TokenReview,
@@ -47,7 +47,7 @@ log = get_logger("server")
 HEALTH_ENDPOINTS = ("healthz", "livez", "readyz")
 # What /statusz lists, as KCM's mux had them listed when /statusz was installed (so without it);
 # /debug/flags is unlisted there too.
-LISTED_PATHS = ("/flagz", "/healthz", "/livez", "/metrics", "/metrics/slis", "/readyz")
+LISTED_PATHS = ("/configz", "/flagz", "/healthz", "/livez", "/metrics", "/metrics/slis", "/readyz")
 
 
 def _status(code: int, reason: str, message: str) -> Response:
@@ -156,6 +156,8 @@ class SecureServer:
             return debugflags.serve
         if (component := self.component) is not None and raw_path in (zpages.STATUSZ_PATH, zpages.FLAGZ_PATH):
             return lambda request: _zpage(component, request)
+        if component is not None and component.config is not None and raw_path == zpages.CONFIGZ_PATH:
+            return lambda request: _configz(component)
         _, endpoint, *rest = raw_path.split("/")
         if endpoint not in HEALTH_ENDPOINTS or len(rest) > 1 or (rest and not rest[0]):
             return None
@@ -195,6 +197,11 @@ async def _zpage(component: zpages.Component, request: Request) -> Response:
     pretty = zpages.pretty_requested(request.headers.get("User-Agent", ""), request.query)
     respond = zpages.statusz_response if request.raw_path == zpages.STATUSZ_PATH else zpages.flagz_response
     status, headers, body = respond(component, accept, pretty=pretty)
+    return Response(status, body, headers)
+
+
+async def _configz(component: zpages.Component) -> Response:
+    status, headers, body = zpages.configz_response(component)
     return Response(status, body, headers)
 
 

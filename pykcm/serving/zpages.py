@@ -1,4 +1,5 @@
-"""/statusz and /flagz, as KCM v1.36.3 serves them (k8s.io/apiserver's statusz and flagz packages).
+"""/statusz and /flagz, as KCM v1.36.3 serves them (k8s.io/apiserver's statusz and flagz packages),
+and /configz (component-base's configz).
 
 Pure functions: the server passes the Accept header (and whether to pretty-print JSON) and sends
 back the (status, headers, body) they return. Content negotiation is the apiserver's: no Accept
@@ -19,12 +20,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from typing import Any
 
 import yaml
 
 from pykcm.serving.accept import parse_accept
 
-STATUSZ_PATH, FLAGZ_PATH = "/statusz", "/flagz"
+STATUSZ_PATH, FLAGZ_PATH, CONFIGZ_PATH = "/statusz", "/flagz", "/configz"
 DELIMITERS = (":", ": ", "=", " ")
 GROUP, VERSIONS, DEPRECATED_VERSION = "config.k8s.io", ("v1alpha1", "v1beta1"), "v1alpha1"
 _NON_DEBUGGING = frozenset({"/apis", "/api", "/openid", "/openapi", "/.well-known"})
@@ -57,6 +59,7 @@ class Component:
     emulation_version: str = ""  # KCM's is 1.36; empty omits it (JSON) or leaves its text line empty
     paths: Sequence[str] = ()  # the listed paths; statusz reports their first segments, sorted
     flags: Mapping[str, str] = field(default_factory=dict)  # flag name -> value as pflag prints it
+    config: Mapping[str, Any] | None = None  # what /configz shows (pykcm/app/configz.py); None: not served
     flagz_delimiter: str = field(default_factory=lambda: random.choice(DELIMITERS))  # fixed per process, as KCM
 
 
@@ -184,13 +187,21 @@ def _encode(obj: dict, media: str, pretty: bool) -> bytes:
     if media == "application/yaml":  # sigs.k8s.io/yaml: JSON, then go-yaml v2 with its key order
         return yaml.dump(_yaml_sorted(obj), Dumper=_GoYamlDumper, default_flow_style=False, allow_unicode=True,
                          sort_keys=False).encode()
-    if pretty:
-        text = json.dumps(obj, ensure_ascii=False, indent=2)
-    else:
-        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
-    for char in "<>&\u2028\u2029":  # encoding/json's HTML-safe escaping
+    return go_json(obj, indent=2) if pretty else go_json(obj) + b"\n"  # json.Encoder ends with a newline
+
+
+def go_json(obj: Mapping[str, Any], indent: int | None = None) -> bytes:
+    """`obj` as Go's encoding/json writes it: compact (or indented), UTF-8, HTML-safe escaping."""
+    text = json.dumps(obj, ensure_ascii=False, indent=indent, separators=(",", ": ") if indent else (",", ":"))
+    for char in "<>&\u2028\u2029":
         text = text.replace(char, f"\\u{ord(char):04x}")
     return text.encode()
+
+
+def configz_response(component: Component) -> Response:
+    """The answer to /configz (component-base's configz: any method, no negotiation)."""
+    headers = {"Content-Type": "application/json", "X-Content-Type-Options": "nosniff"}
+    return 200, headers, go_json(component.config or {})
 
 
 def _yaml_less(a: str, b: str) -> int:

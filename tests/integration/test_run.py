@@ -46,7 +46,7 @@ async def test_run_syncs_caches_works_and_stops_cleanly_on_sigterm(control_plane
     try:
         await proc.wait_for_log("Caches are synced")
         await default_sa_appears(control_plane.kubeconfig)
-        await statusz_and_flagz_are_served(f"https://127.0.0.1:{port}", control_plane)
+        await zpages_are_served(f"https://127.0.0.1:{port}", control_plane)
         proc.signal(signal.SIGTERM)
         assert await proc.wait(30) == 0, proc.log()[-2000:]
         assert '"Stopped"' in proc.log()
@@ -55,19 +55,27 @@ async def test_run_syncs_caches_works_and_stops_cleanly_on_sigterm(control_plane
         proc.kill()
 
 
-async def statusz_and_flagz_are_served(url: str, control_plane) -> None:
-    """KCM 1.36's /statusz and /flagz (beta, on by default): text, and the structured kinds."""
+async def zpages_are_served(url: str, control_plane) -> None:
+    """KCM 1.36's /statusz and /flagz (beta, on by default): text, and the structured kinds; /configz."""
     cert = (control_plane.pki.admin_cert, control_plane.pki.admin_key)
     status, text = await https_get(f"{url}/statusz", cert=cert)
     assert status == 200 and "\npykcm statusz\n" in text and "Binary version" in text, text
     status, body = await https_get(f"{url}/statusz", cert=cert, accept=STRUCTURED.format("Statusz"))
     statusz = json.loads(body)
-    assert statusz["kind"] == "Statusz" and statusz["paths"] == ["/flagz", "/healthz", "/livez", "/metrics", "/readyz"]
+    assert statusz["paths"] == ["/configz", "/flagz", "/healthz", "/livez", "/metrics", "/readyz"]
+    assert statusz["kind"] == "Statusz"
     status, body = await https_get(f"{url}/flagz", cert=cert, accept=STRUCTURED.format("Flagz"))
     flags = json.loads(body)["flags"]
     assert (flags["controllers"], flags["v"], flags["kube-api-qps"]) == ("[serviceaccount]", "2", "20")
     assert (flags["leader-elect-retry-period"], flags["leader-elect"], flags["tls-cert-file"]) == ("2s", "false", "")
     assert (await https_get(f"{url}/flagz"))[0] == 403  # anonymous: authorized as /metrics is
+    status, body = await https_get(f"{url}/configz", cert=cert)
+    config = json.loads(body)["kubecontrollermanager.config.k8s.io"]
+    generic = config["Generic"]
+    assert (generic["Controllers"], generic["ClientConnection"]["kubeconfig"]) == (
+        ["serviceaccount-controller"], str(control_plane.kubeconfig))  # the alias made canonical, as KCM does
+    assert (generic["LeaderElection"]["leaderElect"], generic["LeaderElection"]["retryPeriod"]) == (False, "2s")
+    assert (await https_get(f"{url}/configz"))[0] == 403
 
 
 STRUCTURED = "application/json;as={};v=v1beta1;g=config.k8s.io"
