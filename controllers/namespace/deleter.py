@@ -311,14 +311,9 @@ class NamespacedResourcesDeleter:
         while True:
             params = {"limit": POD_PAGE_SIZE, **({"continue": token} if token else {})}
             page = await self.client.list(PODS, namespace=namespace, **params)
-            estimate = max(
-                (
-                    int(pod.get("spec", {}).get("terminationGracePeriodSeconds") or 0)
-                    for pod in page.get("items") or []
-                    if pod.get("status", {}).get("phase") not in TERMINAL_POD_PHASES
-                ),
-                default=estimate,
-            )
+            for pod in page.get("items") or []:
+                if pod.get("status", {}).get("phase") not in TERMINAL_POD_PHASES:
+                    estimate = max(estimate, int(pod.get("spec", {}).get("terminationGracePeriodSeconds") or 0))
             token = page.get("metadata", {}).get("continue") or ""
             if not token:
                 break

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -115,9 +116,14 @@ class FakeApi:
             self.namespaces[name] = current
         return copy.deepcopy(current)
 
-    async def list(self, res: Resource, namespace: str | None = None, accept: str = "", **_: Any) -> dict:
+    async def list(self, res: Resource, namespace: str | None = None, accept: str = "", limit: int = 0,
+                   **params: Any) -> dict:
+        """Pages of `limit` items when asked, the continue token being the next item's index."""
         self._record("list", res)
-        return {"items": copy.deepcopy(list(self.items(res.name, namespace or "").values()))}
+        items = copy.deepcopy(list(self.items(res.name, namespace or "").values()))
+        start = int(params.get("continue") or 0)
+        end = start + limit if limit else len(items)
+        return {"items": items[start:end], "metadata": {"continue": str(end)} if end < len(items) else {}}
 
     async def delete_collection(self, res: Resource, namespace: str | None = None, body: dict | None = None,
                                 accept: str = "", **_: Any) -> None:
@@ -217,6 +223,21 @@ async def test_terminal_pods_do_not_count_for_the_estimate() -> None:
     with pytest.raises(ResourcesRemaining) as remaining:
         await deleter.delete(NS)
     assert remaining.value.estimate == 15  # the finalizer default, not the 300 s grace period
+
+
+async def test_the_estimate_is_the_longest_grace_period_over_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    # KCM lists the pods in one piece; pykcm pages, and a later page's shorter grace must not win.
+    monkeypatch.setattr(sys.modules[NamespacedResourcesDeleter.__module__], "POD_PAGE_SIZE", 1)
+    api = FakeApi()
+    api.add_namespace(deleted_ago=10)
+    for name, grace in (("slow", 300), ("quick", 5), ("none", None)):
+        api.add("pods", name, spec={"nodeName": "n1", "terminationGracePeriodSeconds": grace},
+                status={"phase": "Running"})
+    deleter = make_deleter(api)
+    with pytest.raises(ResourcesRemaining) as remaining:
+        await deleter.delete(NS)
+    assert remaining.value.estimate == 300  # not 5: that much time has passed, and "slow" is still going
+    assert api.verbs("pods").count("list") >= 3
 
 
 async def test_grace_period_elapsed_with_pods_left_is_an_error() -> None:
