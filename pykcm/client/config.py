@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import ssl
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
@@ -28,6 +30,7 @@ from pykcm.util.log import get_logger, one_line
 from pykcm.util.pem import read_pem_pair_problem
 
 log = get_logger("client-config")
+PLUGIN_TOKEN_PERIOD = 5.0  # seconds between asking the kubernetes package for its (maybe refreshed) token
 
 
 class ConfigError(Exception):
@@ -148,8 +151,43 @@ def _package_credentials(kubeconfig: str | None, context: str | None, in_cluster
         key_file=cfg.key_file,
         # The package keeps the token (with its "Bearer " prefix) under "BearerToken", older
         # releases under "authorization"; asking this way also runs exec/OIDC refreshes.
-        token_source=lambda: cfg.get_api_key_with_prefix("BearerToken", alias="authorization"),
+        token_source=PluginToken(lambda: cfg.get_api_key_with_prefix("BearerToken", alias="authorization")),
     )
+
+
+class PluginToken:
+    """The `kubernetes` package's bearer token, asked for off the event loop.
+
+    Asking runs the package's refresh hook, which, once the token is within 5 minutes of its expiry,
+    runs the exec plugin (`aws eks get-token`, a subprocess) or the OIDC refresh (an HTTP call) in
+    the asking thread: on the event loop that would stall every informer and worker for as long.
+    So callers get the last token at once, and every `period` a thread asks again; the package's
+    5 minutes' margin leaves the old token valid while the new one comes. The lock serialises the
+    askers (the package's objects are not thread-safe; the Lease thread asks too)."""
+
+    def __init__(self, ask: Callable[[], str | None], period: float = PLUGIN_TOKEN_PERIOD) -> None:
+        self._ask = ask
+        self.period = period
+        self._lock = threading.Lock()
+        self._token = ask()  # at start-up, where waiting for the plugin is what KCM does too
+        self._asked_at = time.monotonic()
+        self._asking = False
+
+    def __call__(self) -> str | None:
+        if not self._asking and time.monotonic() - self._asked_at >= self.period:
+            self._asking = True
+            threading.Thread(target=self._refresh, name="kubeconfig token", daemon=True).start()
+        return self._token
+
+    def _refresh(self) -> None:
+        try:
+            with self._lock:
+                self._token = self._ask() or self._token
+        except Exception as exc:  # the package's plugins raise anything; the last token may still do
+            log.error(exc, "Refreshing the kubeconfig's token failed")
+        finally:
+            self._asked_at = time.monotonic()
+            self._asking = False
 
 
 def bearer_token_config(base: ClientConfig, token_source: Callable[[], str | None]) -> ClientConfig:

@@ -1,6 +1,9 @@
 """Credentials from kubeconfig files, as the `kubernetes` package loads them."""
 
 import re
+import stat
+import sys
+import time
 
 import pytest
 import yaml
@@ -8,6 +11,7 @@ import yaml
 from pykcm.client.config import (
     ClientConfig,
     ConfigError,
+    PluginToken,
     bearer_token_config,
     load_config,
     server_url,
@@ -151,3 +155,37 @@ def test_a_rest_clients_limits_are_read_as_client_go_reads_them(
     client = RestClient(ClientConfig(host="https://127.0.0.1:1", ssl_context=None, qps=qps, burst=burst))
     limiter = client._limiter
     assert (limiter and (limiter.qps, limiter.burst)) == limits
+
+
+# An exec credential plugin that takes a second and hands out token-1, token-2, ...; its tokens
+# expire within the package's 5 minutes' margin, so every ask runs it again.
+EXEC_PLUGIN = """#!{python}
+import datetime, json, pathlib, time
+counter = pathlib.Path({counter!r})
+n = int(counter.read_text() or 0) + 1 if counter.exists() else 1
+counter.write_text(str(n))
+time.sleep(1)
+expiry = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+print(json.dumps({{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                  "status": {{"token": f"token-{{n}}", "expirationTimestamp": expiry}}}}))
+"""
+
+
+def test_an_exec_plugins_token_is_refreshed_off_the_callers_thread(tmp_path, monkeypatch):
+    plugin = tmp_path / "plugin"
+    plugin.write_text(EXEC_PLUGIN.format(python=sys.executable, counter=str(tmp_path / "runs")))
+    plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin),
+                     "interactiveMode": "Never"}}
+    monkeypatch.setattr(PluginToken.__init__, "__defaults__", (0.0,))  # ask again on every call
+    config = load_config(write_kubeconfig(tmp_path, user))  # start-up waits for the plugin, as KCM's does
+    start = time.monotonic()
+    first = config.token_source()
+    assert first and first.startswith("Bearer token-")
+    assert config.token_source() == first  # the refresh runs on a thread: no 1 s wait here
+    assert config.token_source() == first  # and one refresh at a time
+    assert time.monotonic() - start < 0.5
+    deadline = time.monotonic() + 20
+    while config.token_source() == first and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert config.token_source() == f"Bearer token-{int(first.removeprefix('Bearer token-')) + 1}"
