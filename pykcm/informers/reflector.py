@@ -33,6 +33,7 @@ from pykcm.client.rest import RestClient
 from pykcm.informers import metrics
 from pykcm.informers.delta_queue import DeltaQueue, DeltaType
 from pykcm.informers.store import object_key
+from pykcm.util import memory
 from pykcm.util.backoff import BackoffManager
 from pykcm.util.log import get_logger, one_line
 
@@ -124,6 +125,7 @@ class Reflector:
     async def _list_and_watch(self) -> None:
         """Get the state (streamed, or listed), then watch until the watch ends with an error;
         retriable watch failures retry here."""
+        memory.collect_before_relist()
         streaming = self.watch_list
         if not streaming:
             await self._list()

@@ -1,0 +1,44 @@
+"""pykcm.util.memory: what the freeze after a relist keeps, and what it does not."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from pykcm.util import memory
+
+
+class Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the cyclic collector frees it
+
+
+@pytest.fixture
+def frozen_heap() -> Iterator[None]:
+    gc.freeze()  # as after the first cache was built
+    yield
+    gc.unfreeze()
+    gc.collect()
+
+
+def test_garbage_in_the_oldest_generation_is_freed_before_a_relist_not_frozen(frozen_heap: None) -> None:
+    cycle = Node()
+    gone = weakref.ref(cycle)
+    gc.collect()  # survives a full collection: now in the oldest generation, as a long-lived watch's objects
+    del cycle  # the watch broke: garbage, which only the next full collection would see
+    memory.collect_before_relist()
+    memory.settle()  # the relist's cache built, then frozen with whatever is left
+    assert gone() is None
+
+
+def test_without_it_the_freeze_would_keep_that_garbage_for_good(frozen_heap: None) -> None:
+    cycle = Node()
+    gone = weakref.ref(cycle)
+    gc.collect()
+    del cycle
+    memory.settle()
+    gc.collect()
+    assert gone() is not None  # why collect_before_relist exists
