@@ -153,6 +153,10 @@ class ConnectionPool:
                 self._waiters.append(waiter)
                 try:
                     await waiter  # a connection was released or closed
+                except BaseException:
+                    if waiter.done() and not waiter.cancelled():  # woken, but leaving (a timeout, a cancel):
+                        self._wake_one()  # pass the wake-up on, as the work queue's get does
+                    raise
                 finally:
                     with contextlib.suppress(ValueError):
                         self._waiters.remove(waiter)

@@ -289,6 +289,31 @@ async def test_the_pool_opens_at_most_its_limit_and_expires_idle_connections() -
     assert connections == 3
 
 
+async def test_a_waiter_woken_for_a_connection_but_cancelled_passes_the_wake_up_on() -> None:
+    """Two requests wait for the pool's one connection; the first is woken as it frees up and is
+    cancelled (its timeout) before it runs: the second must get the connection, not wait for ever."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await read_request(reader):
+            writer.write(ok(b"{}"))
+            await writer.drain()
+
+    async with raw_server(handle) as url:
+        pool = ConnectionPool(url, None, limit=1)
+        try:
+            held = await pool.stream("GET", "/held", {}, QUICK)
+            first = asyncio.create_task(pool.request("GET", "/first", {}, None, QUICK))
+            second = asyncio.create_task(pool.request("GET", "/second", {}, None, QUICK))
+            while len(pool._waiters) < 2:
+                await asyncio.sleep(0)
+            held.close()  # wakes the first waiter...
+            first.cancel()  # ...which leaves before it runs
+            assert (await asyncio.wait_for(second, 5)).status == 200
+            assert first.cancelled()
+        finally:
+            await pool.close()
+
+
 async def test_a_429_is_retried_after_its_retry_after() -> None:
     answers = [web.Response(status=429, text="slow down", headers={"Retry-After": "1"}),
                web.json_response({"kind": "ConfigMap"})]
