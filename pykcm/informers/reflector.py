@@ -20,6 +20,7 @@ as it arrives. Where the server refuses the stream (its WatchList gate off), a p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import time
@@ -230,32 +231,36 @@ class Reflector:
         self._initial = {} if send_initial_events else None
         started = time.monotonic()
         events = 0
-        async for event in self.client.watch(self.resource.path(), params, decoder=self.watch_decoder):
-            events += 1
-            kind = event.get("type")
-            obj = event.get("object") or {}
-            metrics.informer_events_by(self.label, kind or "UNKNOWN").inc()
-            if kind == "ERROR":
-                raise error_from_status(int(obj.get("code") or 500), obj)
-            metadata = obj.get("metadata", {})
-            rv = metadata.get("resourceVersion", "")
-            if self._initial is not None:
-                await self._initial_event(kind, obj, metadata, rv, events)
-                continue
-            if kind == "BOOKMARK":
-                self.deltas.push(DeltaType.BOOKMARK, None, rv)
+        # Closed here on any way out (an ERROR event, a failed transform), not when the generator is collected.
+        async with contextlib.aclosing(
+            self.client.watch(self.resource.path(), params, decoder=self.watch_decoder)
+        ) as stream:
+            async for event in stream:
+                events += 1
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                metrics.informer_events_by(self.label, kind or "UNKNOWN").inc()
+                if kind == "ERROR":
+                    raise error_from_status(int(obj.get("code") or 500), obj)
+                metadata = obj.get("metadata", {})
+                rv = metadata.get("resourceVersion", "")
+                if self._initial is not None:
+                    await self._initial_event(kind, obj, metadata, rv, events)
+                    continue
+                if kind == "BOOKMARK":
+                    self.deltas.push(DeltaType.BOOKMARK, None, rv)
+                    self._set_resource_version(rv)
+                    continue
+                if kind == "ADDED":
+                    self.deltas.push(DeltaType.ADDED, self.transform(obj), rv)
+                elif kind == "MODIFIED":
+                    self.deltas.push(DeltaType.UPDATED, self.transform(obj), rv)
+                elif kind == "DELETED":
+                    self.deltas.push(DeltaType.DELETED, self.transform(obj), rv)
+                else:
+                    log.error(None, "Unexpected watch event", resource=self.label, type=kind)
+                    continue
                 self._set_resource_version(rv)
-                continue
-            if kind == "ADDED":
-                self.deltas.push(DeltaType.ADDED, self.transform(obj), rv)
-            elif kind == "MODIFIED":
-                self.deltas.push(DeltaType.UPDATED, self.transform(obj), rv)
-            elif kind == "DELETED":
-                self.deltas.push(DeltaType.DELETED, self.transform(obj), rv)
-            else:
-                log.error(None, "Unexpected watch event", resource=self.label, type=kind)
-                continue
-            self._set_resource_version(rv)
         if events == 0 and time.monotonic() - started < MIN_WATCH_DURATION:
             raise VeryShortWatch(f"very short watch of {self.label}: closed with no events")
 
