@@ -1,8 +1,10 @@
 """Event-loop lag: how late the one asyncio loop runs a callback that was due, and what blocked it.
 
-Everything (informers, queues, workers, the Lease renewal) shares one loop, so anything that
-blocks it delays everything: this measures by how much. A task asks to wake every `interval`
-seconds and records how much later than asked it actually ran; each wake-up is a heartbeat.
+Everything but the Lease renewal (informers, queues, workers, serving) shares one loop, so
+anything that blocks it delays everything: this measures by how much. A task asks to wake every
+`interval` seconds and records how much later than asked it actually ran; each wake-up is a
+heartbeat. The Lease has a thread of its own (leasethread.py), which stops renewing only once
+the heartbeat has stopped for too long.
 
 The lag says that the loop was blocked, not by what: a plugin's sync calling a blocking library,
 say. BlockedLoopWatch, a thread of its own, sees the heartbeat stop and logs where the loop's

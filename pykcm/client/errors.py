@@ -72,16 +72,8 @@ def error_from_status(code: int, status: dict[str, Any] | None) -> ApiError:
     return cls(code, reason, status.get("message", ""), status)
 
 
-def is_not_found(err: BaseException) -> bool:
-    return isinstance(err, NotFound)
-
-
 def is_already_exists(err: BaseException) -> bool:
     return isinstance(err, AlreadyExists)
-
-
-def is_conflict(err: BaseException) -> bool:
-    return isinstance(err, Conflict)
 
 
 def has_status_cause(err: BaseException, cause_type: str) -> bool:

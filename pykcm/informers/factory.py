@@ -66,9 +66,6 @@ class SharedInformerFactory:
             if not informer.started:
                 informer.start()
 
-    def has_synced(self) -> bool:
-        return all(i.has_synced() for i in self._informers.values())
-
     async def wait_for_cache_sync(self, timeout: float | None = None) -> bool:
         try:
             await asyncio.wait_for(asyncio.gather(*(i.wait_synced() for i in self._informers.values())), timeout)

@@ -172,8 +172,9 @@ class SharedInformer:
             started = time.perf_counter()
             try:
                 await self._apply_yielding(delta)
-            except Exception as err:  # a broken handler must not stop the informer
-                log.error(err, "Handler failed", resource=self.resource.name)
+            except Exception as err:  # not a handler's (_call logs those): an object the cache cannot take
+                log.error(err, "Applying a change to the cache failed", resource=self.resource.name,
+                          type=delta.type.name)
             self._processing_latency.observe(time.perf_counter() - started)
             metrics.informer_objects_by(self.resource.name).set(len(self.indexer))
 

@@ -96,12 +96,6 @@ class Indexer:
         other._items, other._indices = {}, {name: {} for name in other._indexers}
         return old
 
-    def replace(self, objs: dict[str, Obj]) -> None:
-        self._items = {}
-        self._indices = {name: {} for name in self._indexers}
-        for obj in objs.values():
-            self.upsert(obj)
-
     # -- reads ----------------------------------------------------------------------------------------
 
     def get(self, key: str) -> Obj | None:

@@ -105,7 +105,7 @@ class QueueMetrics(NoMetrics):
         self._retries.inc()
 
     def processing_start_times(self) -> list[float]:
-        # One C-level copy: safe even if a scrape runs on the metrics server's thread.
+        # A copy: the scrape's collector iterates it while workers may start or finish items.
         return list(self._start_times.values())
 
 

@@ -59,13 +59,16 @@ def test_extra_indexer_reindexes_on_update_and_existing_items():
     assert store.index_keys("app", "db") == ["ns/a"]
 
 
-def test_replace_swaps_contents_and_indices():
+def test_swap_takes_a_staged_copys_contents_and_indices():
     store = Indexer({"app": by_app})
     store.upsert(obj("a", app="web"))
-    store.replace({"ns/b": obj("b", app="db")})
-    assert store.keys() == ["ns/b"]
-    assert store.by_index("app", "web") == []
+    staged = store.empty_copy()  # as a relist builds the new cache aside
+    staged.upsert(obj("b", app="db"))
+    old = store.swap(staged)
+    assert store.keys() == ["ns/b"] and list(old) == ["ns/a"]
+    assert store.by_index("app", "web") == [] and store.index_keys("app", "db") == ["ns/b"]
     assert store.get_by("ns", "b")["metadata"]["name"] == "b"
+    assert len(staged) == 0  # emptied, not shared
 
 
 def test_registering_a_different_function_under_a_taken_name_fails():
