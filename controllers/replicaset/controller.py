@@ -267,16 +267,27 @@ class ReplicaSetController(Controller):
 
     # -- sync -----------------------------------------------------------------------------------------
 
-    async def sync(self, key: str) -> None:
-        """syncReplicaSet, in KCM's order: stale-cache check, cache read, expectations, claim,
-        create/delete (only with satisfied expectations and no deletionTimestamp), status write,
-        then the manageReplicas error (if any) for a rate-limited retry."""
+    async def _ensure_caches_caught_up(self, key: str) -> None:
+        """KCM's stale-cache check. KCM's informers run beside its workers; here they take turns on
+        one loop, so they get one turn to apply what has arrived (most often this controller's own
+        status write, re-queued by pod events during the sync) before the sync is skipped."""
+        try:
+            self.consistency.ensure_ready(key)
+            return
+        except StaleCacheError:
+            await asyncio.sleep(0)
         try:
             self.consistency.ensure_ready(key)
         except StaleCacheError as err:
             stale_sync_skips.labels(err.resource.group, err.resource.plural).inc()
             self.log.v(4).info("Skipping sync, cache is stale", replicaSet=key, err=str(err))
             raise RequeueAfter(STALE_CACHE_RETRY) from err
+
+    async def sync(self, key: str) -> None:
+        """syncReplicaSet, in KCM's order: stale-cache check, cache read, expectations, claim,
+        create/delete (only with satisfied expectations and no deletionTimestamp), status write,
+        then the manageReplicas error (if any) for a rate-limited retry."""
+        await self._ensure_caches_caught_up(key)
         rs = self.replica_sets.indexer.get(key)
         if rs is None:
             self.log.v(4).info("ReplicaSet deleted", key=key)

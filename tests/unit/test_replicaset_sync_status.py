@@ -5,6 +5,7 @@ expectations, status writes, availability, and caches that lag the API.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 
@@ -289,6 +290,19 @@ async def test_stale_rs_cache_skips_sync(h: Harness) -> None:
     assert stale_sync_skips.labels("apps", "replicasets")._value.get() == before + 1
     h.refresh_rs()  # the watch delivers our write
     await h.sync()
+
+
+async def test_a_write_the_informer_is_about_to_apply_is_waited_for_not_skipped(h: Harness) -> None:
+    # The informers share the workers' loop: one turn lets them apply an event already read
+    # (here our own status write), where KCM's informer goroutine would have applied it meanwhile.
+    h.add_rs(make_rs(replicas=0))
+    rv = h.ctrl.replica_sets.indexer.get("ns/web")["metadata"]["resourceVersion"]
+    h.ctrl.replica_sets._apply(Delta(DeltaType.BOOKMARK, None, rv))
+    await h.sync()
+    before = stale_sync_skips.labels("apps", "replicasets")._value.get()
+    asyncio.get_running_loop().call_soon(h.refresh_rs)  # the watch event, due on the next turn
+    await h.sync()
+    assert stale_sync_skips.labels("apps", "replicasets")._value.get() == before
 
 
 async def test_orphan_update_enqueues_matching_rs_only_on_label_change(h: Harness) -> None:
