@@ -117,7 +117,9 @@ class EventCorrelator:
         # client-go's aggregate Event carries no reporting fields: KCM's "combined" Events have none.
         aggregate = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": event_name(ref["name"], now), "namespace": event["metadata"]["namespace"]},
+            # Named without GenerateEventName's check, as client-go's EventAggregate: for an object
+            # name over 236 characters the apiserver refuses it, as it refuses KCM's.
+            "metadata": {"name": f"{ref['name']}.{now:x}", "namespace": event["metadata"]["namespace"]},
             "involvedObject": ref, "reason": event["reason"], "message": AGGREGATE_PREFIX + event["message"],
             "type": event["type"], "source": event["source"], "firstTimestamp": stamp, "lastTimestamp": stamp,
             "count": 1,

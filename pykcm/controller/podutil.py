@@ -140,8 +140,8 @@ def deletion_cost(pod: Obj) -> int:
     if value is None:
         return 0
     # Go's rule: no "+" sign and no leading zeros ("0" itself is fine).
-    if not value or not (value[0] == "-" or value == "0" or "1" <= value[0] <= "9"):
-        return 0
+    if not value or not value.isascii() or not (value[0] == "-" or value == "0" or "1" <= value[0] <= "9"):
+        return 0  # isascii: Python's int() also reads other scripts' digits, Go's ParseInt not
     try:
         cost = int(value, 10)
     except ValueError:

@@ -22,8 +22,8 @@ IN, NOT_IN, EXISTS, DOES_NOT_EXIST, EQUALS = "In", "NotIn", "Exists", "DoesNotEx
 _EXPRESSION_OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST)
 
 _NAME_FMT = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_NAME = re.compile(f"^{_NAME_FMT}$")
-_VALUE = re.compile(f"^({_NAME_FMT})?$")
+_NAME = re.compile(_NAME_FMT)  # used with fullmatch: Python's $ also matches before a final "\n", Go's not
+_VALUE = re.compile(f"({_NAME_FMT})?")
 NAME_MAX_LENGTH = 63
 VALUE_MAX_LENGTH = 63
 
@@ -120,7 +120,7 @@ def _key_errors(key: str) -> list[str]:
     name = parts[-1]
     if len(name) > NAME_MAX_LENGTH:
         errors.append(f"key: Invalid value: {key!r}: name part must be no more than {NAME_MAX_LENGTH} characters")
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         errors.append(
             f"key: Invalid value: {key!r}: name part must consist of alphanumeric characters, '-', '_' or '.', "
             "and must start and end with an alphanumeric character"
@@ -133,7 +133,7 @@ def _value_error(value: Any) -> str:
         return "must be a string"
     if len(value) > VALUE_MAX_LENGTH:
         return f"must be no more than {VALUE_MAX_LENGTH} characters"
-    if not _VALUE.match(value):
+    if not _VALUE.fullmatch(value):
         return (
             "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
             "and must start and end with an alphanumeric character"

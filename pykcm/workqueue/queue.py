@@ -100,7 +100,7 @@ class Queue(Generic[T]):
         if item in self._dirty:
             self._queue.append(item)
             self._wake_one_getter()
-        elif not self._processing:
+        if not self._processing:  # a drain waits for what is in flight, not for what is queued
             self._wake_drainers()
 
     def shutdown(self) -> None:

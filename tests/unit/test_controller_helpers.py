@@ -60,6 +60,9 @@ def test_selector_nil_matches_nothing_and_empty_matches_everything() -> None:
         {"matchLabels": {"a": "not a valid value"}},
         {"matchLabels": {"UPPER.example.com/a": "x"}},
         {"matchLabels": {"a/b/c": "x"}},
+        {"matchLabels": {"app\n": "x"}},  # Go's $ is the end of the text, Python's also before a "\n"
+        {"matchLabels": {"app": "x\n"}},
+        {"matchLabels": {"example.com\n/app": "x"}},
     ],
 )
 def test_selector_invalid_raises(bad: dict) -> None:

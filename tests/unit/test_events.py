@@ -121,6 +121,18 @@ async def test_the_tenth_similar_message_is_combined_and_later_ones_update_it() 
     assert api.patched[-1][1]["message"] == "(combined from similar events): Created pod: web-24"
 
 
+async def test_a_combined_event_is_named_without_the_name_check_as_client_gos() -> None:
+    # client-go's EventAggregate names it <object>.<hex nanos> unchecked: for a 240-character
+    # name that is no valid name, and the apiserver refuses it, as it refuses KCM's.
+    long_named = pod(0)
+    long_named["metadata"]["name"] = "w" * 240
+    api = FakeApi()
+    await record_all(recorder_with(api), *(created(long_named, i) for i in range(10)))
+    single, combined = api.created[0], api.created[9]
+    assert re.fullmatch(r"[0-9a-f-]{36}", single["metadata"]["name"])  # makeEvent's GenerateEventName
+    assert re.fullmatch("w{240}\\.[0-9a-f]+", combined["metadata"]["name"])
+
+
 async def test_similar_messages_are_counted_afresh_after_ten_minutes() -> None:
     clock, api = FakeClock(), FakeApi()
     recorder = recorder_with(api, clock)

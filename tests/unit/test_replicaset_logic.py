@@ -132,7 +132,8 @@ def test_scenario_12_lower_pod_deletion_cost_goes_first() -> None:
 
 @pytest.mark.parametrize(
     ("value", "cost"),
-    [("5", 5), ("-3", -3), ("0", 0), ("+5", 0), ("007", 0), ("1_0", 0), ("x", 0), ("2147483648", 0), (None, 0)],
+    [("5", 5), ("-3", -3), ("0", 0), ("+5", 0), ("007", 0), ("1_0", 0), ("x", 0), ("2147483648", 0), (None, 0),
+     ("1\u0661", 0)],  # a digit of another script: Go's ParseInt refuses it
 )
 def test_deletion_cost_parsing(value: str | None, cost: int) -> None:
     assert deletion_cost(pod("p", cost=value)) == cost

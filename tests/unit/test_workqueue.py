@@ -223,6 +223,17 @@ async def test_shutdown_with_drain_waits_for_in_flight_items():
     await asyncio.wait_for(drain, SOON)
 
 
+async def test_a_drain_ends_when_nothing_is_in_flight_even_if_the_last_item_was_requeued():
+    q: Queue[str] = Queue()
+    q.add("a")
+    await q.get()
+    q.add("a")  # added again while processing: done() queues it once more
+    drain = asyncio.create_task(q.shutdown_with_drain())
+    await settle()
+    q.done("a")
+    await asyncio.wait_for(drain, SOON)  # as client-go's Done signals the drain on both paths
+
+
 async def test_shutdown_with_drain_returns_at_once_when_idle():
     q: Queue[str] = Queue()
     await asyncio.wait_for(q.shutdown_with_drain(), SOON)
