@@ -219,6 +219,7 @@ class Stream:
     def __init__(self, pool: ConnectionPool, conn: HTTPConnection) -> None:
         self._pool, self._conn = pool, conn
         self.status, self.headers = conn.status, conn.headers
+        self._closed = False  # a second release would list the connection as idle twice
 
     async def next_chunk(self) -> bytes | None:
         conn = self._conn
@@ -236,5 +237,7 @@ class Stream:
         return b"".join(chunks)
 
     def close(self) -> None:
-        """Back to the pool if the body was read to its end, else the connection is closed."""
-        self._pool.release(self._conn)
+        """Back to the pool if the body was read to its end, else the connection is closed; once."""
+        if not self._closed:
+            self._closed = True
+            self._pool.release(self._conn)

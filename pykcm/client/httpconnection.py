@@ -55,6 +55,7 @@ class HTTPConnection(asyncio.Protocol):
         self._buf, self._remaining, self._buffered = b"", 0, 0
         self._no_body, self._streaming = False, False
         self._gunzip: zlib._Decompress | None = None
+        self._gzipped = False  # body bytes went through _gunzip
         self._state = _IDLE
         self._waiter: asyncio.Future[None] | None = None
         self._total_timer: asyncio.TimerHandle | None = None
@@ -79,7 +80,7 @@ class HTTPConnection(asyncio.Protocol):
         self.error = None
         self.body = []
         self._buf, self._remaining, self._buffered = b"", 0, 0
-        self._no_body, self._streaming, self._gunzip = method == "HEAD", streaming, None
+        self._no_body, self._streaming, self._gunzip, self._gzipped = method == "HEAD", streaming, None, False
         self._state = _HEAD
         transport.write(data)
         if deadline is not None:
@@ -148,9 +149,9 @@ class HTTPConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_close(self)
-        if self._state == _UNTIL_EOF:
+        if self._state == _UNTIL_EOF and exc is None:  # a body without a length ends at a clean close
             self._finish()
-        elif self._state not in (_IDLE, _DONE):
+        elif self._state not in (_IDLE, _DONE):  # a reset is no end: Go's io.ErrUnexpectedEOF
             reason = f": {exc}" if exc else ""
             self._fail(ServerDisconnected(f"server closed the connection before the response was complete{reason}"))
         if not self.lost.done():
@@ -276,6 +277,7 @@ class HTTPConnection(asyncio.Protocol):
 
     def _body_bytes(self, data: bytes) -> None:
         if self._gunzip is not None:
+            self._gzipped = True
             try:
                 data = self._gunzip.decompress(data)
             except zlib.error as err:
@@ -296,6 +298,9 @@ class HTTPConnection(asyncio.Protocol):
             tail = self._gunzip.flush()
             if tail:
                 self.body.append(tail)
+            if self._gzipped and not self._gunzip.eof:  # cut inside the stream: not the whole body
+                self._fail(HTTPError("the response body ended inside its gzip stream"))
+                return
         self._wake()
 
     def _fail(self, error: BaseException) -> None:
@@ -309,13 +314,17 @@ class HTTPConnection(asyncio.Protocol):
             self._waiter.set_result(None)
 
     def _expire(self, why: str) -> None:
+        if self._state == _DONE:  # the whole answer came in the same turn of the loop: it stands
+            return
         self._fail(TimeoutError(why))
         self.close()
 
     def _check_read(self) -> None:
         """One timer per read timeout, not one per read: moved on if bytes came since it was set."""
         due = self._last_read + self._read_timeout
-        if self._paused:  # waiting for the reader, not the server
+        if self._state == _DONE:
+            self._read_timer = None
+        elif self._paused:  # waiting for the reader, not the server
             self._read_timer = self._loop.call_later(self._read_timeout, self._check_read)
         elif self._loop.time() < due:
             self._read_timer = self._loop.call_at(due, self._check_read)
