@@ -12,7 +12,7 @@ from typing import Any
 
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.rest import RestClient
-from pykcm.serving.http import Request
+from pykcm.serving.messages import Request
 from pykcm.util.log import get_logger
 from pykcm.util.ttlcache import TTLCache
 

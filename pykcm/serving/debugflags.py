@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import orjson
 
-from pykcm.serving.http import Request, Response
+from pykcm.serving.messages import Request, Response
 from pykcm.util.log import get_logger, set_verbosity
 
 log = get_logger("server")

@@ -19,19 +19,30 @@ import contextlib
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from email.utils import formatdate  # prometheus_client imports it anyway (urllib.request)
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import parse_qsl, unquote
 
 from pykcm.serving.listen import create_server
+from pykcm.serving.messages import (
+    Handler,
+    Refused,
+    Request,
+    Response,
+    head_end,
+    parse_headers,
+    parse_query,
+    request_line,
+)
 from pykcm.util.log import get_logger
 
 log = get_logger("server")
 
 MAX_HEAD = (1 << 20) + 4096  # request line and headers: Go's DefaultMaxHeaderBytes plus its 4 KiB slack
 MAX_BODY = 256 * 1024  # Go's maxPostHandlerReadBytes: a body under it is read and dropped, one as large is not read
+CLOSE_LINGER = 0.5  # seconds: Go's rstAvoidanceDelay
+READ_AHEAD = 64 * 1024  # what is read of pipelined requests while one is handled (Go reads one at a time)
 IDLE_TIMEOUT = 90.0  # the apiserver's secure serving: IdleTimeout
 HEAD_TIMEOUT = 32.0  # ... and ReadHeaderTimeout: a request's head must be whole this long after it began
 STOP_GRACE = 5.0  # stop() lets a request being handled finish this long before cutting it off
@@ -40,57 +51,6 @@ _PLAIN = "text/plain; charset=utf-8"
 # Go's tlsRecordHeaderLooksLikeHTTP: a first TLS record header that is a plain-HTTP request's start.
 _HTTP_ON_TLS = frozenset({b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"})
 _HTTP_ON_TLS_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
-_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
-
-
-class Headers(dict[str, str]):
-    """Request headers under lower-case names; a repeated header's values joined with ', '."""
-
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
-        return super().get(name.lower(), default)
-
-    def __getitem__(self, name: str) -> str:
-        return super().__getitem__(name.lower())
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and super().__contains__(name.lower())
-
-
-class Query(dict[str, list[str]]):
-    """The query's values by name, in order; `?verbose` has the value ''."""
-
-    def getall(self, name: str, default: list[str] | None = None) -> list[str]:
-        return self.get(name, default if default is not None else [])
-
-
-class Request:
-    __slots__ = ("body", "headers", "method", "path", "query", "raw_path", "ssl_object", "version")
-
-    def __init__(
-        self, method: str, raw_path: str, query: Query, headers: Headers, version: str, ssl_object: Any,
-        body: bytes = b"",
-    ) -> None:
-        self.method, self.raw_path, self.query, self.headers = method, raw_path, query, headers
-        self.path = unquote(raw_path)  # what authorization sees, as the apiserver's filters do
-        self.version, self.ssl_object = version, ssl_object  # ssl.SSLObject: the client certificate
-        self.body = body  # empty where it was not read (chunked, or over MAX_BODY)
-
-
-class Response:
-    __slots__ = ("body", "headers", "status")
-
-    def __init__(self, status: int = 200, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-        self.status, self.body, self.headers = status, body, headers if headers is not None else {}
-
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-class _Failure(Exception):
-    """A request the protocol itself refuses: answered with this status, then the connection closes."""
-
-    def __init__(self, status: int) -> None:
-        self.status = status
 
 
 _reasons: dict[int, str] = {}
@@ -231,7 +191,9 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self.lost = self._loop.create_future()  # stop() waits for it
-        self._buf = b""
+        # What came in and is not parsed yet: a bytearray, as a request is cut from its front
+        # (in place, in constant time) and data is added at its end.
+        self._buf = bytearray()
         self._scanned = 0  # how far the buffer was searched for the head's end: not searched again
         self._continued = False  # 100 Continue was sent for the request in the buffer
         self._busy: asyncio.Task[None] | None = None  # the request being handled
@@ -260,8 +222,9 @@ class _Connection(asyncio.Protocol):
             return  # after a final answer, the rest (a chunked body, say) is never parsed
         self._buf += data
         if self._busy is not None or self._write_paused:
-            # Pipelined requests wait their turn; past this much the client is not waiting for answers.
-            if len(self._buf) > MAX_HEAD + MAX_BODY and not self._read_paused and self._transport is not None:
+            # Pipelined requests wait their turn; past this much the client is not waiting for answers
+            # (resumed once the one in hand is answered: a request bigger than this is read whole then).
+            if len(self._buf) > READ_AHEAD and not self._read_paused and self._transport is not None:
                 self._read_paused = True
                 self._transport.pause_reading()
             return
@@ -273,6 +236,7 @@ class _Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._write_paused = False
         if self._busy is None:
+            self._resume_reading()
             self._next()
 
     def shut(self) -> None:
@@ -293,7 +257,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             parsed = self._parse()
-        except _Failure as failure:
+        except Refused as failure:
             text = f"{failure.status} {_reason(failure.status)}".encode()
             self._write(Response(failure.status, text, {"Content-Type": _PLAIN}), "HTTP/1.1", True)
             return
@@ -307,24 +271,23 @@ class _Connection(asyncio.Protocol):
 
     def _parse(self) -> tuple[Request, bool] | None:
         """The next request and whether the connection closes after it, or None until more bytes come."""
-        if self._scanned == 0:
-            self._buf = self._buf.lstrip(b"\r\n")  # stray line ends before a request line are ignored
         buf = self._buf
-        start = max(self._scanned - 2, 0)
-        ends = [(i, i + 2) for i in (buf.find(b"\n\n", start),) if i >= 0]
-        ends += [(i, i + 3) for i in (buf.find(b"\n\r\n", start),) if i >= 0]
-        if not ends:
+        if self._scanned == 0:
+            while buf[:1] in (b"\r", b"\n") and buf:  # stray line ends before a request line are ignored
+                del buf[:1]
+        found = head_end(buf, max(self._scanned - 2, 0))
+        if found is None:
             if len(buf) > MAX_HEAD:
-                raise _Failure(431)
+                raise Refused(431)
             self._scanned = len(buf)
             return None
-        eoh, body_start = min(ends)
+        eoh, body_start = found
         if eoh > MAX_HEAD:
-            raise _Failure(431)
+            raise Refused(431)
         self._scanned = eoh  # the head is found; only the body may be missing
-        lines = [line[:-1] if line.endswith(b"\r") else line for line in buf[:eoh].split(b"\n")]
-        method, target, version = _request_line(lines[0])
-        headers = _headers(lines[1:])
+        lines = [line[:-1] if line.endswith(b"\r") else line for line in bytes(buf[:eoh]).split(b"\n")]
+        method, target, version = request_line(lines[0])
+        headers = parse_headers(lines[1:])
         tokens = {t.strip() for t in headers.get("connection", "").lower().split(",")}
         close = "close" in tokens or (version == "HTTP/1.0" and "keep-alive" not in tokens)
         if "transfer-encoding" in headers:
@@ -334,7 +297,7 @@ class _Connection(asyncio.Protocol):
         else:
             value = headers.get("content-length", "0")
             if not value.isdigit() or not value.isascii():
-                raise _Failure(400)
+                raise Refused(400)
             length = int(value) if len(value) < 16 else MAX_BODY  # int() refuses 4300 digits and more
             if length >= MAX_BODY:
                 length, close = 0, True  # answered unread, then closed
@@ -343,11 +306,12 @@ class _Connection(asyncio.Protocol):
                     self._continued = True  # the client waits for this before it sends the body
                     self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
                 return None
-        body = buf[body_start : body_start + length]
-        self._buf, self._scanned, self._continued = buf[body_start + length :], 0, False
+        body = bytes(buf[body_start : body_start + length])
+        del buf[: body_start + length]
+        self._scanned, self._continued = 0, False
         path, _, query = target.partition("?")
         ssl_object = self._transport.get_extra_info("ssl_object") if self._transport is not None else None
-        return Request(method, path, _query(query), headers, version, ssl_object, body), close
+        return Request(method, path, parse_query(query), headers, version, ssl_object, body), close
 
     async def _handle(self, request: Request, close: bool) -> None:
         try:
@@ -362,9 +326,7 @@ class _Connection(asyncio.Protocol):
             log.error(err, "Cannot write the response", verb=request.method, path=request.path)
             self.abort()
             return
-        if self._read_paused and self._transport is not None:
-            self._read_paused = False
-            self._transport.resume_reading()
+        self._resume_reading()
         if not self._closing:
             self._arm(self._server.idle_timeout)
             self._next()
@@ -386,7 +348,19 @@ class _Connection(asyncio.Protocol):
         transport.write(head + response.body if with_body and response.body else head)
         if close:
             self._closing = True
-            transport.close()  # once the answer is flushed
+            if self._buf:  # more came than was answered (a refused head, an unread body): drop what
+                # still comes for a while, so that the close is no reset overtaking the answer (Go's
+                # rstAvoidanceDelay); the client, having its answer, usually closes first
+                self._buf = bytearray()
+                self._resume_reading()
+                self._loop.call_later(CLOSE_LINGER, transport.close)
+            else:
+                transport.close()  # once the answer is flushed
+
+    def _resume_reading(self) -> None:
+        if self._read_paused and self._transport is not None:
+            self._read_paused = False
+            self._transport.resume_reading()
 
     def _arm(self, timeout: float) -> None:
         """The connection closes unless a whole request has come within `timeout`."""
@@ -403,45 +377,7 @@ class _Connection(asyncio.Protocol):
         self._timer = None
         if self._busy is None and self._transport is not None:
             self._closing = True
-            self._transport.close()
-
-
-def _request_line(line: bytes) -> tuple[str, str, str]:
-    parts = line.split(b" ")
-    if len(parts) != 3 or not parts[0] or not set(parts[0]) <= _TOKEN or not parts[1]:
-        raise _Failure(400)
-    method, target, version = parts
-    if not version.startswith(b"HTTP/") or len(version) != 8 or version[6:7] != b".":
-        raise _Failure(400)
-    if version not in (b"HTTP/1.1", b"HTTP/1.0"):
-        raise _Failure(505)
-    if target.startswith((b"http://", b"https://")):  # absolute-form: only its path counts
-        target = b"/" + target.split(b"/", 3)[3] if target.count(b"/") >= 3 else b"/"
-    if not target.startswith(b"/") or any(c <= 0x20 or c == 0x7F for c in target):
-        raise _Failure(400)
-    return method.decode("ascii"), target.decode("latin-1"), version.decode("ascii")
-
-
-def _headers(lines: list[bytes]) -> Headers:
-    headers = Headers()
-    for line in lines:
-        name, colon, value = line.partition(b":")
-        # No space before the colon, no folded lines, no stray CR: ambiguous heads are refused.
-        if not colon or not name or not set(name) <= _TOKEN or b"\r" in value:
-            raise _Failure(400)
-        key, text = name.decode("ascii").lower(), value.strip(b" \t").decode("latin-1")
-        if key in headers:
-            if key == "content-length" and headers[key] != text:
-                raise _Failure(400)  # two different lengths: which body is meant cannot be known
-            if key != "content-length":
-                text = f"{headers[key]}, {text}"
-        dict.__setitem__(headers, key, text)
-    return headers
-
-
-def _query(query: str) -> Query:
-    values = Query()
-    if query:
-        for name, value in parse_qsl(query, keep_blank_values=True):
-            values.setdefault(name, []).append(value)
-    return values
+            if self._transport.get_write_buffer_size():  # answers the client is not reading: a close
+                self._transport.abort()  # would wait for them to drain, for ever
+            else:
+                self._transport.close()

@@ -36,7 +36,8 @@ from pykcm.serving.healthz import (
     reset_slis,
     run_check,
 )
-from pykcm.serving.http import HTTPServer, Request, Response
+from pykcm.serving.http import HTTPServer
+from pykcm.serving.messages import Request, Response
 from pykcm.util.hostport import join_host_port
 from pykcm.util.log import get_logger, one_line
 from pykcm.util.process import process_start_time

@@ -15,7 +15,8 @@ import pytest
 from pykcm.app import eventloop
 from pykcm.serving import http
 from pykcm.serving.certs import self_signed_certificate
-from pykcm.serving.http import HTTPServer, Request, Response
+from pykcm.serving.http import HTTPServer
+from pykcm.serving.messages import Request, Response
 from tests.unit.test_fence import LOOPS, tls_contexts
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
