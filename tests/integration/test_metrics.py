@@ -73,7 +73,8 @@ async def test_scenario_47_metrics_have_client_go_names_labels_and_buckets(
             async def scraped_after_work() -> str | None:
                 text = (await https_get(url, cert=cert))[1]
                 adds = sample(text, "workqueue_adds_total", {"name": "replicaset"}) or 0.0
-                return text if adds >= adds_before + len(names) else None
+                done = sample(text, "workqueue_work_duration_seconds_count", {"name": "replicaset"}) or 0.0
+                return text if adds >= adds_before + len(names) and done >= len(names) else None  # added and synced
 
             text = await wait_for(scraped_after_work, timeout=20, interval=0.5, message="replicaset queue adds")
     finally:
