@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.rest import RestClient
@@ -22,7 +21,6 @@ ANONYMOUS_USER = "system:anonymous"
 UNAUTHENTICATED_GROUP = "system:unauthenticated"
 AUTHENTICATED_GROUP = "system:authenticated"
 REVIEW_CACHE_TTL = 10.0  # KCM: --authentication-token-webhook-cache-ttl and the authz allow/deny TTLs
-_MISSING: Any = object()
 
 
 class Unauthenticated(Exception):
@@ -65,10 +63,8 @@ class DelegatingAuthenticator:
 
     async def _review_token(self, token: str) -> UserInfo:
         key = hashlib.sha256(token.encode()).hexdigest()  # the cache holds no usable tokens
-        user = self._cache.get(key, _MISSING)
-        if user is _MISSING:
-            user = await self._token_review(token)
-            self._cache.put(key, user)  # rejections too, so a bad token cannot hammer the apiserver
+        # Rejections are cached too, so a bad token cannot hammer the apiserver.
+        user = await self._cache.get_or_load(key, lambda: self._token_review(token))
         if user is None:
             raise Unauthenticated("token not accepted")
         return user

@@ -52,11 +52,7 @@ class DelegatingAuthorizer:
             "nonResourceAttributes": {"path": path, "verb": verb},
         }
         key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
-        decision = self._cache.get(key)
-        if decision is None:
-            decision = await self._subject_access_review(spec)
-            self._cache.put(key, decision)
-        return decision
+        return await self._cache.get_or_load(key, lambda: self._subject_access_review(spec))
 
     async def _subject_access_review(self, spec: dict[str, Any]) -> Decision:
         assert self.client is not None

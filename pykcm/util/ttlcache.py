@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
+_MISSING: Any = object()
 
 
 class TTLCache(Generic[K, V]):
@@ -18,6 +20,7 @@ class TTLCache(Generic[K, V]):
         self.size = size
         self._clock = clock
         self._entries: dict[K, tuple[float, V]] = {}
+        self._loading: dict[K, asyncio.Future[V]] = {}
 
     def get(self, key: K, default: Any = None) -> Any:
         entry = self._entries.get(key)
@@ -33,3 +36,24 @@ class TTLCache(Generic[K, V]):
         if len(self._entries) >= self.size:
             self._entries.pop(next(iter(self._entries)))
         self._entries[key] = (self._clock() + self.ttl, value)
+
+    async def get_or_load(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
+        """The cached value, else what `load()` gives, cached. Callers asking for a key while it loads
+        share that load (Go's cached authenticator uses singleflight so): fifty scrapes at once with
+        one token make one TokenReview, not fifty. A failed load is every waiter's error, not cached."""
+        value = self.get(key, _MISSING)
+        if value is not _MISSING:
+            return value
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = self._loading[key] = asyncio.ensure_future(self._load(key, load))
+            loading.add_done_callback(lambda done: done.cancelled() or done.exception())  # seen if all left
+        return await asyncio.shield(loading)  # a caller that leaves does not cancel the others' load
+
+    async def _load(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
+        try:
+            value = await load()
+            self.put(key, value)
+            return value
+        finally:
+            del self._loading[key]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from pykcm.controller.progress import NO_PROGRESS_AFTER, STUCK_SYNC_AFTER, stuck_reason
-from pykcm.serving.authn import bearer_token
-from pykcm.serving.authz import path_allowed
+from pykcm.serving.authn import DelegatingAuthenticator, bearer_token
+from pykcm.serving.authz import DelegatingAuthorizer, path_allowed
 from pykcm.serving.healthz import HealthCheck, checks_for, controller_checks, evaluate
+from pykcm.serving.messages import Headers, Query, Request
 from pykcm.util.ttlcache import TTLCache
 
 OK = HealthCheck("leaderElection", lambda: None)
@@ -134,3 +138,51 @@ def test_ttl_cache_expires_and_stays_bounded() -> None:
     assert cache.get("a") is None and cache.get("b") == 2
     now[0] = 10.0
     assert cache.get("b") is None and cache.get("c", "missing") == "missing"
+
+
+async def test_callers_of_a_key_being_loaded_share_the_load_and_its_failure() -> None:
+    cache: TTLCache[str, int] = TTLCache(10.0)
+    loads = 0
+
+    async def load() -> int:
+        nonlocal loads
+        loads += 1
+        await asyncio.sleep(0.05)
+        if loads == 1:
+            raise RuntimeError("apiserver unreachable")
+        return 7
+
+    failed = await asyncio.gather(*(cache.get_or_load("k", load) for _ in range(10)), return_exceptions=True)
+    assert loads == 1 and all(isinstance(result, RuntimeError) for result in failed)  # shared, not cached
+    leaving = asyncio.ensure_future(cache.get_or_load("k", load))
+    staying = asyncio.ensure_future(cache.get_or_load("k", load))
+    await asyncio.sleep(0)
+    leaving.cancel()  # one caller leaving does not cancel the load the other waits for
+    assert await staying == 7 and loads == 2
+    assert await cache.get_or_load("k", load) == 7 and loads == 2  # cached
+
+
+class SlowApiserver:
+    def __init__(self) -> None:
+        self.reviews: dict[str, int] = {}
+
+    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict:
+        self.reviews[path.rsplit("/", 1)[1]] = self.reviews.get(path.rsplit("/", 1)[1], 0) + 1
+        await asyncio.sleep(0.05)
+        if path.endswith("tokenreviews"):
+            return {"status": {"authenticated": True, "user": {"username": "prometheus"}}}
+        return {"status": {"allowed": True}}
+
+
+async def test_concurrent_scrapes_with_one_token_make_one_review_of_each_kind() -> None:
+    apiserver = SlowApiserver()
+    authn = DelegatingAuthenticator(apiserver)  # type: ignore[arg-type]
+    authz = DelegatingAuthorizer(apiserver, ["/healthz"])  # type: ignore[arg-type]
+
+    async def scrape() -> bool:
+        headers = Headers({"authorization": "Bearer abc"})
+        user = await authn.authenticate(Request("GET", "/metrics", Query(), headers, "HTTP/1.1", None))
+        return (await authz.authorize(user, "get", "/metrics")).allowed
+
+    assert all(await asyncio.gather(*(scrape() for _ in range(50))))
+    assert apiserver.reviews == {"tokenreviews": 1, "subjectaccessreviews": 1}
