@@ -22,6 +22,7 @@ PAUSE_ABOVE = 4 << 20  # a streamed body stops reading from the socket with this
 
 # Where the parser is in the current response.
 _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_EOF, _DONE = range(9)
+_HEX = b"0123456789abcdefABCDEF"
 
 
 class HTTPError(Exception):
@@ -199,10 +200,10 @@ class HTTPConnection(asyncio.Protocol):
                     if not line:
                         self._finish()
                     continue
-                try:
-                    self._remaining = int(line.split(b";", 1)[0], 16)
-                except ValueError:
-                    raise HTTPError(f"bad chunk size {line[:40]!r}") from None
+                size = line.split(b";", 1)[0].rstrip(b" \t")  # Go allows spaces before an extension
+                if not size or size.strip(_HEX):  # int() would take "0x3", "1_0", "-1"
+                    raise HTTPError(f"bad chunk size {line[:40]!r}")
+                self._remaining = int(size, 16)
                 self._state = _CHUNK_DATA if self._remaining > 0 else _TRAILERS
             elif state == _CHUNK_END:
                 if end - pos < 2:
@@ -261,10 +262,11 @@ class HTTPConnection(asyncio.Protocol):
         elif "chunked" in headers.get("transfer-encoding", "").lower():
             self._state = _CHUNK_SIZE
         elif length is not None:
-            try:
-                self._remaining = int(length)
-            except ValueError:
-                raise HTTPError(f"bad content-length {length!r}") from None
+            values = {value.strip() for value in length.split(",")}  # repeated, the same: Go takes it
+            value = values.pop()
+            if values or not value.isdigit() or not value.isascii():  # int() would take "-1", " 3", "1_0"
+                raise HTTPError(f"bad content-length {length!r}")
+            self._remaining = int(value)
             if self._remaining > 0:
                 self._state = _LENGTH
             else:

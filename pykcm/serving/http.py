@@ -288,6 +288,8 @@ class _Connection(asyncio.Protocol):
         lines = [line[:-1] if line.endswith(b"\r") else line for line in bytes(buf[:eoh]).split(b"\n")]
         method, target, version = request_line(lines[0])
         headers = parse_headers(lines[1:])
+        if version == "HTTP/1.1" and "host" not in headers:
+            raise Refused(400)  # Go's "missing required Host header"
         tokens = {t.strip() for t in headers.get("connection", "").lower().split(",")}
         close = "close" in tokens or (version == "HTTP/1.0" and "keep-alive" not in tokens)
         if "transfer-encoding" in headers:

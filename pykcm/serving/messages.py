@@ -95,7 +95,7 @@ def parse_headers(lines: list[bytes]) -> Headers:
     for line in lines:
         name, colon, value = line.partition(b":")
         # No space before the colon, no folded lines, no stray CR: ambiguous heads are refused.
-        if not colon or not name or not set(name) <= _TOKEN or b"\r" in value:
+        if not colon or not name or not set(name) <= _TOKEN or b"\r" in value or b"\0" in value:
             raise Refused(400)
         key, text = name.decode("ascii").lower(), value.strip(b" \t").decode("latin-1")
         if key in headers:

@@ -106,3 +106,40 @@ async def test_a_stream_closed_twice_goes_back_to_the_pool_once() -> None:
             assert first.body == second.body == b"{}"
         finally:
             await pool.close()
+
+
+@pytest.mark.parametrize(
+    ("head", "body"),
+    [(b"Transfer-Encoding: chunked", b"0x3\r\nabc\r\n0\r\n\r\n"),
+     (b"Transfer-Encoding: chunked", b"1_0\r\n" + b"a" * 16 + b"\r\n0\r\n\r\n"),
+     (b"Content-Length: -1", b""),
+     (b"Content-Length: +2", b"{}"),
+     (b"Content-Length: 2\r\nContent-Length: 3", b"{}")],
+)
+async def test_sizes_only_go_would_read_are_read(head: bytes, body: bytes) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n" + head + b"\r\n\r\n" + body)
+        await writer.drain()
+
+    async with raw_server(handle) as url:
+        pool = ConnectionPool(url, None, limit=2)
+        try:
+            with pytest.raises(HTTPError, match=r"bad chunk size|bad content-length"):
+                await pool.request("GET", "/", {}, None, QUICK)
+        finally:
+            await pool.close()
+
+
+async def test_a_content_length_repeated_with_the_same_value_is_taken() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+
+    async with raw_server(handle) as url:
+        pool = ConnectionPool(url, None, limit=2)
+        try:
+            assert (await pool.request("GET", "/", {}, None, QUICK)).body == b"{}"
+        finally:
+            await pool.close()

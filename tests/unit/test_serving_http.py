@@ -134,6 +134,8 @@ async def test_an_oversize_head_is_refused_with_431(server: tuple[HTTPServer, in
         b"GET / HTTP/1.1\r\nno colon\r\n\r\n",
         b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
         b"GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nX-A: b\r\n\r\n",  # HTTP/1.1 without Host, as Go refuses it
+        b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n\r\n",
     ],
 )
 async def test_a_malformed_request_is_answered_400_and_closed(
