@@ -19,6 +19,7 @@ from pykcm.client.fence import WriteFence
 
 MAX_HEAD = 64 * 1024  # response status line and headers
 PAUSE_ABOVE = 4 << 20  # a streamed body stops reading from the socket with this much unconsumed
+KEEPALIVE = 30  # seconds idle before TCP keep-alive probes, and between them (client-go's dialer)
 
 # Where the parser is in the current response.
 _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_EOF, _DONE = range(9)
@@ -147,6 +148,10 @@ class HTTPConnection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):  # requests are written whole: no reason to wait for more
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError, AttributeError):  # client-go's dialer: KeepAlive 30 s, so a
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # vanished apiserver is noticed
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_close(self)

@@ -143,3 +143,22 @@ async def test_a_content_length_repeated_with_the_same_value_is_taken() -> None:
             assert (await pool.request("GET", "/", {}, None, QUICK)).body == b"{}"
         finally:
             await pool.close()
+
+
+async def test_connections_probe_a_silent_peer_as_client_gos_dialer_does() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await read_request(reader):
+            writer.write(ok(b"{}"))
+            await writer.drain()
+
+    async with raw_server(handle) as url:
+        pool = ConnectionPool(url, None, limit=2)
+        try:
+            await pool.request("GET", "/", {}, None, QUICK)
+            (conn,) = pool._idle
+            sock = conn.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 30
+        finally:
+            await pool.close()
