@@ -17,7 +17,7 @@ from pykcm.informers.projection import FULL, Projection, covers, project, union
 from pykcm.informers.reflector import Reflector, strip_managed_fields
 from pykcm.informers.store import DeletedFinalStateUnknown, Indexer, IndexFunc, Obj, object_key
 from pykcm.util import memory
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, one_line
 
 log = get_logger("informer")
 
@@ -64,6 +64,7 @@ class SharedInformer:
         # The resourceVersion the cache (and every handler) has caught up to: client-go's
         # LastSyncResourceVersion of the store, moved by lists, events and bookmarks alike.
         self._synced_resource_version = ""
+        self._apply_error: str | None = None  # why the last list could not be applied to the cache
         labels = (metrics.INFORMER_NAME, resource.group, resource.version, resource.plural)
         metrics.informer_queued_items.labels(*labels).set_function(self._deltas.__len__)  # read at scrape
         self._processing_latency = metrics.informer_processing_latency.labels(*labels)
@@ -126,7 +127,7 @@ class SharedInformer:
 
     def sync_error(self) -> str | None:
         """Why this informer has not synced yet (its last failed list), or None."""
-        return None if self.has_synced() else self.reflector.last_error
+        return None if self.has_synced() else self.reflector.last_error or self._apply_error
 
     def last_sync_resource_version(self) -> str:
         return self._synced_resource_version
@@ -170,13 +171,23 @@ class SharedInformer:
         while True:
             delta = await self._deltas.pop()
             started = time.perf_counter()
-            try:
-                await self._apply_yielding(delta)
-            except Exception as err:  # not a handler's (_call logs those): an object the cache cannot take
-                log.error(err, "Applying a change to the cache failed", resource=self.resource.name,
-                          type=delta.type.name)
+            await self._apply_logged(delta)
             self._processing_latency.observe(time.perf_counter() - started)
             metrics.informer_objects_by(self.resource.name).set(len(self.indexer))
+
+    async def _apply_logged(self, delta: Delta) -> None:
+        """`_apply_yielding`, its failure logged; a list that cannot be applied is why this informer
+        has not synced (sync_error(), on /healthz)."""
+        try:
+            await self._apply_yielding(delta)
+        except Exception as err:  # not a handler's (_call logs those): an object the cache cannot take
+            log.error(err, "Applying a change to the cache failed", resource=self.resource.name,
+                      type=delta.type.name)
+            if delta.type is DeltaType.REPLACED:
+                self._apply_error = f"applying the list failed: {one_line(err)}"
+        else:
+            if delta.type is DeltaType.REPLACED:
+                self._apply_error = None
 
     async def _apply_yielding(self, delta: Delta) -> None:
         """`_apply`, handing the loop back between chunks of a relist."""

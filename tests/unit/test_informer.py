@@ -129,3 +129,19 @@ async def test_resync_replays_cache_as_updates_without_listing():
     finally:
         task.cancel()
     assert ("update", "a", True) in rec.events  # old is new: a resync, not a change
+
+
+async def test_a_list_the_cache_cannot_take_is_the_reason_it_has_not_synced():
+    informer = SharedInformer(client=None, resource=CONFIGMAPS)  # type: ignore[arg-type]
+
+    def broken_index(obj: dict) -> list[str]:
+        if obj["metadata"]["name"] == "bad":
+            raise KeyError("owner")
+        return []
+
+    informer.add_indexers({"broken": broken_index})
+    await informer._apply_logged(Delta(DeltaType.REPLACED, [cm("a", "1"), cm("bad", "2")], "2"))
+    assert not informer.has_synced()
+    assert informer.sync_error() == "applying the list failed: 'owner'"  # on /healthz, not only in the log
+    await informer._apply_logged(Delta(DeltaType.REPLACED, [cm("a", "3")], "3"))
+    assert informer.has_synced() and informer.sync_error() is None
