@@ -19,11 +19,16 @@ from pykcm.client.errors import AlreadyExists, ApiError, NotFound, TransportErro
 from pykcm.client.resources import SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
 from pykcm.util.backoff import Backoff
+from pykcm.util.durations import go_duration
 from pykcm.util.log import get_logger
 
 NAMESPACE = "kube-system"
 TOKEN_LIFETIME = 3600  # seconds
 RENEW_AT = 0.8  # renew with 20 % of the lifetime left
+# The expiry is the apiserver's time, read against this machine's clock: a clock ahead of the
+# apiserver's makes a fresh token look nearly expired. No renewal follows a success sooner than
+# this part of the lifetime (6 minutes), rather than one after another without a pause.
+MIN_RENEW_AFTER = 0.1
 
 log = get_logger("clientbuilder")
 
@@ -39,6 +44,7 @@ class ServiceAccountClientBuilder:
         self.root = root
         self.namespace = namespace
         self._renewers: list[asyncio.Task] = []
+        self._skew_said: set[str] = set()
 
     async def client_for(self, name: str, qps: float, burst: int) -> RestClient:
         await self._ensure_service_account(name)
@@ -76,9 +82,9 @@ class ServiceAccountClientBuilder:
 
     async def _keep_renewed(self, name: str, token: _Token) -> None:
         backoff = Backoff(1.0, 60.0)
+        wait = self._renew_in(name, token)
         while True:
-            remaining = token.expires - time.monotonic()
-            await asyncio.sleep(max(remaining - (1 - RENEW_AT) * TOKEN_LIFETIME, 0))
+            await asyncio.sleep(wait)
             try:
                 fresh = await self._request_token(name)
             except asyncio.CancelledError:
@@ -88,8 +94,20 @@ class ServiceAccountClientBuilder:
                 # the controller fail every call: say it in one line and keep trying.
                 reason = err if isinstance(err, (ApiError, TransportError)) else f"{type(err).__name__}: {err}"
                 log.error(reason, "Failed to renew service account token", serviceAccount=f"{self.namespace}/{name}")
-                await asyncio.sleep(backoff.next())
+                wait = backoff.next()
                 continue
             backoff.reset()
             token.value, token.expires = fresh.value, fresh.expires
             log.v(2).info("Renewed service account token", serviceAccount=f"{self.namespace}/{name}")
+            wait = self._renew_in(name, token)
+
+    def _renew_in(self, name: str, token: _Token) -> float:
+        """Seconds until a token just received is renewed: at RENEW_AT of its lifetime, not sooner than
+        MIN_RENEW_AFTER of it (said once, as a clock ahead of the apiserver's is the likely cause)."""
+        wait = token.expires - time.monotonic() - (1 - RENEW_AT) * TOKEN_LIFETIME
+        floor = MIN_RENEW_AFTER * TOKEN_LIFETIME
+        if wait < floor and name not in self._skew_said:
+            self._skew_said.add(name)
+            log.warning("A new service account token looks nearly expired: is this machine's clock ahead of "
+                        "the apiserver's?", serviceAccount=f"{self.namespace}/{name}", renewIn=go_duration(floor))
+        return max(wait, floor)

@@ -206,6 +206,9 @@ class Manager:
                 stop_controllers.set()
                 self._drain_timeout = 0.0
                 await asyncio.gather(running, return_exceptions=True)
+            if not lost and renewing.done() and not _succeeded(renewing):
+                lost = True  # during the drain: no release, and said as at any other time
+                log.error(None, "leaderelection lost", lease=elector.lock.describe())
             stop_renewing.set()
             still_leading = await _result_or_false(renewing)
             if still_leading and not lost:

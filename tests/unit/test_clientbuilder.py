@@ -85,3 +85,14 @@ async def test_unexpected_renewal_failure_is_logged_and_renewal_goes_on(monkeypa
     assert root.malformed and root.issued >= 2 and token.value == f"t{root.issued}"
     failures = [r for r in caplog.records if "Failed to renew service account token" in r.getMessage()]
     assert len(failures) == 1 and failures[0].exc_info is None  # one line, no traceback
+
+
+async def test_a_clock_ahead_of_the_apiservers_does_not_make_renewals_spin(monkeypatch, caplog):
+    # Tokens that look nearly expired on arrival (this clock ahead of the apiserver's): renewed no
+    # sooner than a tenth of the lifetime after the last, said once; before, one after another.
+    monkeypatch.setattr(clientbuilder, "TOKEN_LIFETIME", 1)
+    root = FakeRoot(lifetime=0.1)
+    await renew_for(root, 0.55)
+    assert 3 <= root.issued <= 7
+    warnings = [r for r in caplog.records if "clock ahead" in r.getMessage()]
+    assert len(warnings) == 1

@@ -1,0 +1,59 @@
+"""The manager's leading term (Manager._lead) with a fake elector: how it ends, and what it says."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from pykcm.app.manager import Manager, ManagerError
+from pykcm.app.options import Options
+from pykcm.client.config import ClientConfig
+
+
+class Elector:
+    """Renews until told to stop (True), or loses the lease after `lose_after` seconds (False)."""
+
+    def __init__(self, lose_after: float | None) -> None:
+        self.lose_after = lose_after
+        self.released = False
+        self.lock = SimpleNamespace(describe=lambda: "kube-system/pykcm")
+
+    async def renew(self, stop: asyncio.Event) -> bool:
+        if self.lose_after is None:
+            await stop.wait()
+            return True
+        await asyncio.sleep(self.lose_after)
+        return False
+
+    async def release(self) -> bool:
+        self.released = True
+        return True
+
+
+def manager_draining_for(seconds: float) -> Manager:
+    manager = Manager(Options(), ClientConfig(host="https://127.0.0.1:1", ssl_context=None), [])
+
+    async def run_controllers(stop: asyncio.Event) -> None:
+        await stop.wait()
+        await asyncio.sleep(seconds)  # the in-flight syncs finishing
+
+    manager._run_controllers = run_controllers  # type: ignore[method-assign]
+    return manager
+
+
+async def test_a_signal_drains_and_releases_the_lease() -> None:
+    elector, stop = Elector(lose_after=None), asyncio.Event()
+    stop.set()
+    await manager_draining_for(0.05)._lead(elector, stop)  # type: ignore[arg-type]
+    assert elector.released
+
+
+async def test_a_lease_lost_while_draining_is_said_and_not_released() -> None:
+    # The renewal fails 0.05 s into a 0.2 s drain: no release (another may lead), exit as lost.
+    elector, stop = Elector(lose_after=0.05), asyncio.Event()
+    stop.set()
+    with pytest.raises(ManagerError, match="leaderelection lost"):
+        await manager_draining_for(0.2)._lead(elector, stop)  # type: ignore[arg-type]
+    assert not elector.released
