@@ -68,6 +68,13 @@ def ok(body: bytes, *extra: bytes) -> bytes:
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
+async def answer_ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A raw server's handler: `{}` to every request, on one connection until the client closes it."""
+    while await read_request(reader):
+        writer.write(ok(b"{}"))
+        await writer.drain()
+
+
 def client(url: str) -> RestClient:
     return RestClient(ClientConfig(host=url, ssl_context=None, qps=1000, burst=1000))
 
@@ -221,9 +228,7 @@ async def test_a_silent_server_times_out_and_its_connection_is_dropped() -> None
         if connections == 1:
             await read_request(reader)
             await asyncio.sleep(10)  # never answers
-        while await read_request(reader):
-            writer.write(ok(b"{}"))
-            await writer.drain()
+        await answer_ok(reader, writer)
 
     async with raw_server(handle) as url:
         api = client(url)
@@ -293,12 +298,7 @@ async def test_a_waiter_woken_for_a_connection_but_cancelled_passes_the_wake_up_
     """Two requests wait for the pool's one connection; the first is woken as it frees up and is
     cancelled (its timeout) before it runs: the second must get the connection, not wait for ever."""
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while await read_request(reader):
-            writer.write(ok(b"{}"))
-            await writer.drain()
-
-    async with raw_server(handle) as url:
+    async with raw_server(answer_ok) as url:
         pool = ConnectionPool(url, None, limit=1)
         try:
             held = await pool.stream("GET", "/held", {}, QUICK)

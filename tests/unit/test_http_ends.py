@@ -15,7 +15,7 @@ import pytest
 
 from pykcm.client.http import ConnectionPool, Timeout
 from pykcm.client.httpconnection import HTTPError, ServerDisconnected
-from tests.unit.test_http import QUICK, ok, raw_server, read_request
+from tests.unit.test_http import QUICK, answer_ok, ok, raw_server, read_request
 
 
 def answer_from_a_thread(response: bytes, after: float, reset: bool = False) -> str:
@@ -89,12 +89,7 @@ async def test_a_gzip_body_cut_short_is_an_error_not_a_shorter_body(cut: int) ->
 
 
 async def test_a_stream_closed_twice_goes_back_to_the_pool_once() -> None:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while await read_request(reader):
-            writer.write(ok(b"{}"))
-            await writer.drain()
-
-    async with raw_server(handle) as url:
+    async with raw_server(answer_ok) as url:
         pool = ConnectionPool(url, None, limit=2)
         try:
             stream = await pool.stream("GET", "/watch", {}, QUICK)
@@ -146,12 +141,7 @@ async def test_a_content_length_repeated_with_the_same_value_is_taken() -> None:
 
 
 async def test_connections_probe_a_silent_peer_as_client_gos_dialer_does() -> None:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while await read_request(reader):
-            writer.write(ok(b"{}"))
-            await writer.drain()
-
-    async with raw_server(handle) as url:
+    async with raw_server(answer_ok) as url:
         pool = ConnectionPool(url, None, limit=2)
         try:
             await pool.request("GET", "/", {}, None, QUICK)
