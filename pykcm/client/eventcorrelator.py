@@ -150,7 +150,4 @@ class EventCorrelator:
         if bucket is None:
             bucket = TokenBucket(SPAM_QPS, SPAM_BURST, clock=lambda: self._clock() / 1e9)
         self._buckets.put(key, bucket)  # a use, allowed or not, makes it the most recent
-        if bucket.reserve() > 0:
-            bucket.undo()  # dropped; a passive limiter spends no future token
-            return True
-        return False
+        return not bucket.allow()  # a passive limiter: a dropped event spends no future token

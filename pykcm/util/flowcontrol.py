@@ -20,24 +20,62 @@ class TokenBucket:
         self._clock = clock
         self._tokens = float(burst)
         self._last = clock()
+        self._last_event = self._last  # when the newest reservation may act
 
-    def reserve(self) -> float:
-        """Take one token; return the delay in seconds before the caller may proceed."""
+    def _advance(self) -> float:
         now = self._clock()
         self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
         self._last = now
-        self._tokens -= 1.0
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+        return now
 
-    def undo(self) -> None:
-        """Give back the token of the last reservation (the caller decided not to proceed)."""
-        self._tokens = min(self.burst, self._tokens + 1.0)
+    def reserve(self) -> float:
+        """Take one token; return the delay in seconds before the caller may proceed."""
+        now = self._advance()
+        self._tokens -= 1.0
+        delay = 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+        self._last_event = now + delay
+        return delay
+
+    def allow(self) -> bool:
+        """Take a token only if one is there now (rate.Limiter.Allow): a refusal spends nothing."""
+        self._advance()
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        self._last_event = self._last
+        return True
+
+    def cancel(self, time_to_act: float) -> None:
+        """Give back a reservation that will not be used, as rate.Reservation.CancelAt does.
+
+        A reservation already due keeps its token, and so do the tokens that reservations
+        made after it have counted on: only what nobody behind it needs is restored.
+        """
+        now = self._clock()
+        if time_to_act < now:
+            return
+        restore = 1.0 - (self._last_event - time_to_act) * self.qps
+        if restore <= 0:
+            return
+        self._advance()
+        self._tokens = min(self.burst, self._tokens + restore)
+        if time_to_act == self._last_event and time_to_act - 1.0 / self.qps >= now:
+            self._last_event = time_to_act - 1.0 / self.qps
 
     async def wait(self) -> float:
-        """Block until a token is available; return how long we waited."""
+        """Block until a token is available; return how long we waited.
+
+        A wait cancelled (its request's deadline, a shutdown) gives its token back, as client-go's
+        Wait does when its context ends, so it does not delay the requests queued behind it.
+        """
         delay = self.reserve()
         if delay > 0:
-            await asyncio.sleep(delay)
+            time_to_act = self._last_event
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                self.cancel(time_to_act)
+                raise
         return delay
 
 
