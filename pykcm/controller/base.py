@@ -125,11 +125,16 @@ class Controller(ABC):
             if self.queue.shutting_down:  # client-go's Get still hands out queued keys; KCM's context is cancelled
                 self.queue.done(key)
                 return
+            if len(self.queue.in_flight()) == 1:  # an idle controller's wait for work is not a lack of progress
+                self.last_progress = time.monotonic()
             try:
                 await self._process(key)
             finally:
                 self.queue.done(key)
                 self.last_progress = time.monotonic()
+            # KCM's workers are goroutines; these take turns on one loop, and a sync that finds nothing
+            # to do never suspends: without a turn given here a backlog of such keys would hold the loop.
+            await asyncio.sleep(0)
 
     async def _process(self, key: str) -> None:
         start = time.monotonic()
@@ -138,20 +143,28 @@ class Controller(ABC):
             await self.sync(key)
             self.queue.forget(key)
         except asyncio.CancelledError:
-            raise
+            task = asyncio.current_task()
+            if task is None or task.cancelling():  # this worker is being stopped
+                raise
+            # A sync that awaited something cancelled under it failed like any other sync; ending the worker
+            # would drop the key and make the controller look cleanly stopped.
+            result = self._failed(key, "sync was cancelled by something it awaited")
         except RequeueAfter as again:
             result = "requeue"
             self.queue.add_after(key, again.seconds)
         except Exception as err:
-            result = "error"
-            metrics.controller_sync_errors_by(self.name).inc()
-            self.log.error(_described(err), "Error syncing, requeuing", controller=self.name, key=key)
-            self.queue.add_rate_limited(key)
+            result = self._failed(key, _described(err))
         finally:
             elapsed = time.monotonic() - start
             metrics.controller_sync_duration_by(self.name, result).observe(elapsed)
             if self.log.v(4).enabled():
                 self.log.v(4).info("Finished syncing", controller=self.name, key=key, duration=go_duration(elapsed))
+
+    def _failed(self, key: str, err: Exception | str) -> str:
+        metrics.controller_sync_errors_by(self.name).inc()
+        self.log.error(err, "Error syncing, requeuing", controller=self.name, key=key)
+        self.queue.add_rate_limited(key)
+        return "error"
 
 
 def _described(err: Exception) -> Exception | str:

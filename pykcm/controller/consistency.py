@@ -30,11 +30,19 @@ class StaleCacheError(Exception):
         self.wrote_rv = wrote_rv
 
 
+def _well_formed(rv: str) -> bool:
+    # A positive integer in ASCII digits without leading zeros ("0" means "any" in lists and watches).
+    return rv[:1] in _NONZERO and rv.isascii() and rv.isdigit()
+
+
+_NONZERO = frozenset("123456789")
+
+
 def compare_resource_versions(a: str, b: str) -> int | None:
-    """-1/0/1 for numeric resourceVersions; None if either is not a plain integer."""
-    if not (a.isdigit() and b.isdigit()):
+    """-1/0/1 for resourceVersions as apimachinery's CompareResourceVersion; None if either is malformed."""
+    if not (_well_formed(a) and _well_formed(b)):
         return None
-    x, y = int(a), int(b)
+    x, y = (len(a), a), (len(b), b)  # no leading zeros: the longer is greater, equal lengths compare as text
     return (x > y) - (x < y)
 
 
@@ -45,7 +53,8 @@ class _OwnerRecord:
 
     def wrote_at(self, resource: Resource, rv: str) -> None:
         current = self.versions.get(resource)
-        if current is None or (compare_resource_versions(current, rv) or 0) < 0:
+        order = None if current is None else compare_resource_versions(current, rv)
+        if order is None or order < 0:  # a version that does not compare replaces the one kept, as in KCM
             self.versions[resource] = rv
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pykcm.client.resources import PODS, REPLICASETS
-from pykcm.controller.consistency import ConsistencyStore, StaleCacheError
+from pykcm.controller.consistency import ConsistencyStore, StaleCacheError, compare_resource_versions
 from pykcm.controller.controllerref import adopt_patch, get_controller_of, pod_controller_index, release_patch
 from pykcm.controller.expectations import EXPECTATIONS_TIMEOUT, ControllerExpectations
 from pykcm.controller.podcontrol import pod_from_template, pod_name_prefix
@@ -189,6 +189,23 @@ def test_scenario_23_pod_from_template_copies_metadata() -> None:
 
 
 # -- stale cache ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("a", "b", "order"), [
+    ("9", "10", -1), ("10", "9", 1), ("123", "123", 0), ("99999999999999999999", "100000000000000000000", -1),
+    ("0", "5", None), ("0123", "124", None), ("", "1", None), ("\u0661\u0662", "5", None), ("\u00b2", "1", None),
+    ("1 ", "1", None), ("+1", "1", None),
+])
+def test_resource_versions_compare_as_apimachinery_compares_them(a: str, b: str, order: int | None) -> None:
+    assert compare_resource_versions(a, b) == order
+
+
+def test_a_written_version_that_does_not_compare_replaces_the_one_kept() -> None:
+    store = ConsistencyStore({PODS: lambda: "20"})
+    store.wrote_at("ns/web", "u1", PODS, "30")
+    store.wrote_at("ns/web", "u1", PODS, "00x")  # as KCM's WroteAt: an error in the comparison overwrites
+    store.ensure_ready("ns/web")  # and a malformed version never blocks a sync
+    assert len(store) == 0
 
 
 def test_consistency_store_waits_for_informers_to_see_our_writes() -> None:
