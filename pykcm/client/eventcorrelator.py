@@ -83,8 +83,11 @@ class Correlated:
 
 
 class EventCorrelator:
-    def __init__(self, clock: Callable[[], int] = time.time_ns) -> None:
-        self._clock = clock  # Unix nanoseconds: names and stamps aggregate Events, and refills the spam filter
+    def __init__(self, clock: Callable[[], int] = time.time_ns, ticks: Callable[[], int] = time.monotonic_ns) -> None:
+        self._clock = clock  # Unix nanoseconds: names and stamps aggregate Events
+        # Nanoseconds that only go forward: the aggregation window and the spam filter's refills, which
+        # client-go measures on Go's monotonic clock, so a wall clock stepped back mutes no object's events.
+        self._ticks = ticks
         self._similar: LRUCache[tuple, _Similar] = LRUCache(MAX_TRACKED)
         self._written: LRUCache[tuple, _Written] = LRUCache(MAX_TRACKED)
         self._buckets: LRUCache[tuple, TokenBucket] = LRUCache(MAX_TRACKED)
@@ -100,19 +103,19 @@ class EventCorrelator:
         self._remember(event_key(written), written)
 
     def _aggregate(self, event: Event) -> tuple[Event, tuple]:
-        now = self._clock()
-        seconds = now / 1e9
+        elapsed = self._ticks() / 1e9
         key = _aggregate_key(event)
         similar = self._similar.get(key)
-        if similar is None or seconds - similar.last_seen > AGGREGATE_INTERVAL:
+        if similar is None or elapsed - similar.last_seen > AGGREGATE_INTERVAL:
             similar = _Similar()
         similar.messages.add(event["message"])
-        similar.last_seen = seconds
+        similar.last_seen = elapsed
         self._similar.put(key, similar)
         if len(similar.messages) < AGGREGATE_MAX_EVENTS:
             return event, event_key(event)
         similar.messages.pop()  # stays at the limit, as client-go's PopAny
-        stamp = apitime.format_time(seconds)
+        now = self._clock()
+        stamp = apitime.format_time(now / 1e9)
         ref = event["involvedObject"]
         # client-go's aggregate Event carries no reporting fields: KCM's "combined" Events have none.
         aggregate = {
@@ -148,6 +151,6 @@ class EventCorrelator:
         key = _source_and_object(event)
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = TokenBucket(SPAM_QPS, SPAM_BURST, clock=lambda: self._clock() / 1e9)
+            bucket = TokenBucket(SPAM_QPS, SPAM_BURST, clock=lambda: self._ticks() / 1e9)
         self._buckets.put(key, bucket)  # a use, allowed or not, makes it the most recent
         return not bucket.allow()  # a passive limiter: a dropped event spends no future token

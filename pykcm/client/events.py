@@ -25,7 +25,6 @@ from pykcm.client.errors import (
     NAMESPACE_TERMINATING_CAUSE,
     ApiError,
     NotFound,
-    TransportError,
     has_status_cause,
     is_already_exists,
 )
@@ -59,6 +58,9 @@ class EventRecorder:
 
     def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Queue an event about `obj` (a full object or one with kind/apiVersion/metadata)."""
+        if type_ not in (NORMAL, WARNING):  # client-go's ValidateEventType: a plugin's mistake, not written
+            log.error(None, "Unsupported event type", type=type_, reason=reason)
+            return
         meta = obj["metadata"]
         involved = {
             "kind": obj.get("kind", ""),
@@ -108,6 +110,8 @@ class EventRecorder:
                 correlated = self.correlator.correlate(event)
                 if correlated is not None:
                     await self._write(correlated)
+            except Exception as err:  # a bug here loses this event, not the sender (client-go's HandleCrash)
+                log.error(err, "Unable to write event", reason=event["reason"], **_about(event["involvedObject"]))
             finally:
                 self._pending.task_done()
 
@@ -118,18 +122,18 @@ class EventRecorder:
                 written = await self._write_once(correlated)
             except FencedWrite:
                 return  # this process no longer leads: the fence has said so once, and no retry can pass
-            except TransportError as err:
-                if attempt == MAX_TRIES:
-                    log.error(err, "Unable to write event (retry limit exceeded!)", **kv)
-                    return
-                log.error(err, "Unable to write event (may retry after sleeping)", **kv)
-                await asyncio.sleep(RETRY_SLEEP * (random.random() if attempt == 1 else 1.0))
             except ApiError as err:
                 if is_already_exists(err) or has_status_cause(err, NAMESPACE_TERMINATING_CAUSE):
                     log.v(5).info("Server rejected event (will not retry!)", err=str(err), **kv)
                 else:
                     log.error(err, "Server rejected event (will not retry!)", **kv)
                 return
+            except Exception as err:  # transport, or an answer that is not an Event: client-go retries both
+                if attempt == MAX_TRIES:
+                    log.error(err, "Unable to write event (retry limit exceeded!)", **kv)
+                    return
+                log.error(err, "Unable to write event (may retry after sleeping)", **kv)
+                await asyncio.sleep(RETRY_SLEEP * (random.random() if attempt == 1 else 1.0))
             else:
                 self.correlator.update_state(written)
                 return
@@ -139,10 +143,17 @@ class EventRecorder:
         event, namespace = correlated.event, correlated.event["metadata"]["namespace"]
         if correlated.patch is not None:
             with contextlib.suppress(NotFound):
-                return await self.client.patch(EVENTS, event["metadata"]["name"], correlated.patch,
-                                               namespace=namespace, content_type=STRATEGIC_MERGE_PATCH)
+                return _checked(await self.client.patch(EVENTS, event["metadata"]["name"], correlated.patch,
+                                                        namespace=namespace, content_type=STRATEGIC_MERGE_PATCH))
         meta = {k: v for k, v in event["metadata"].items() if k != "resourceVersion"}
-        return await self.client.create(EVENTS, {**event, "metadata": meta}, namespace=namespace)
+        return _checked(await self.client.create(EVENTS, {**event, "metadata": meta}, namespace=namespace))
+
+
+def _checked(answer: Any) -> Event:
+    """The Event a write answered with; client-go's UnexpectedObjectError (retried) for anything else."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("metadata"), dict):
+        raise ValueError(f"the answer to an Event write is not an Event: {str(answer)[:80]!r}")
+    return answer
 
 
 def _about(involved: dict[str, Any]) -> dict[str, str]:

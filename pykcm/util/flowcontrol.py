@@ -24,7 +24,8 @@ class TokenBucket:
 
     def _advance(self) -> float:
         now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+        # A clock that went back adds nothing (x/time/rate's advance), rather than taking tokens away.
+        self._tokens = min(self.burst, self._tokens + max(0.0, now - self._last) * self.qps)
         self._last = now
         return now
 

@@ -72,7 +72,7 @@ def pod(i: int) -> dict:
 def recorder_with(api: FakeApi, clock: FakeClock | None = None) -> EventRecorder:
     recorder = EventRecorder(api, "c")  # type: ignore[arg-type]
     if clock is not None:
-        recorder.correlator = EventCorrelator(clock)
+        recorder.correlator = EventCorrelator(clock, clock)
     return recorder
 
 
@@ -256,3 +256,65 @@ async def test_a_write_the_fence_refuses_is_dropped_without_retries(caplog: pyte
     assert [e["involvedObject"]["name"] for e in api.created] == []
     assert len(api.failures) == 1  # one try for each event
     assert not [r for r in caplog.records if "Unable to write event" in r.getMessage()]
+
+
+async def test_a_wall_clock_stepped_back_mutes_no_objects_events() -> None:
+    # client-go's spam filter and aggregation window run on Go's monotonic clock.
+    wall, ticks, api = FakeClock(), FakeClock(), FakeApi()
+    recorder = EventRecorder(api, "c")  # type: ignore[arg-type]
+    recorder.correlator = EventCorrelator(wall, ticks)
+    await record_all(recorder, created(pod(0), 0))
+    wall.advance(-24 * 3600)  # an NTP step of a day back
+    await record_all(recorder, created(pod(0), 1), created(pod(0), 2))
+    assert len(api.created) == 3
+
+
+def test_a_clock_going_back_takes_no_tokens_from_a_bucket() -> None:
+    from pykcm.util.flowcontrol import TokenBucket
+
+    now = [1000.0]
+    bucket = TokenBucket(1 / 300, 25, lambda: now[0])
+    now[0] -= 86400
+    assert bucket.allow()
+
+
+async def test_an_answer_that_is_not_an_event_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events, "RETRY_SLEEP", 0.0)
+    api = FakeApi()
+    real_create = api.create
+    answers: list[Any] = [None, "not json"]
+
+    async def create(res: Resource, body: dict, namespace: str | None = None) -> Any:
+        written = await real_create(res, body, namespace)
+        return answers.pop(0) if answers else written
+
+    api.create = create  # type: ignore[method-assign]
+    await record_all(recorder_with(api), created(pod(0), 0))
+    assert len(api.created) == 3  # client-go's UnexpectedObjectError is retried
+
+
+async def test_the_sender_outlives_a_bug_in_correlation(monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    api = FakeApi()
+    recorder = recorder_with(api)
+    real = recorder.correlator.correlate
+    broken = [True]
+
+    def correlate(event: dict) -> Any:
+        if broken.pop() if broken else False:
+            raise KeyError("metadata")
+        return real(event)
+
+    monkeypatch.setattr(recorder.correlator, "correlate", correlate)
+    with caplog.at_level(logging.ERROR, logger="pykcm.events"):
+        await record_all(recorder, created(pod(0), 0), created(pod(1), 0))
+    assert [e["involvedObject"]["name"] for e in api.created] == ["p1"]
+    assert any(r.getMessage() == "Unable to write event" for r in caplog.records)
+
+
+async def test_only_normal_and_warning_events_are_recorded(caplog: pytest.LogCaptureFixture) -> None:
+    api = FakeApi()
+    with caplog.at_level(logging.ERROR, logger="pykcm.events"):
+        await record_all(recorder_with(api), (pod(0), "Info", "Synced", "hello"), created(pod(1), 0))
+    assert [e["type"] for e in api.created] == ["Normal"]
+    assert any(r.getMessage() == "Unsupported event type" for r in caplog.records)
