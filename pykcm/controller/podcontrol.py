@@ -38,9 +38,13 @@ class PodControlError(Exception):
 
 
 def pod_name_prefix(owner_name: str) -> str:
-    """`<owner>-` for generateName, without the dash if that would make the prefix too long."""
+    """`<owner>-` for generateName, without the dash if that would make the prefix too long.
+
+    A generateName is validated with its trailing dash masked (its last two characters become one),
+    so the dash fits after any valid name, even one of the full 253 characters, as in KCM.
+    """
     prefix = f"{owner_name}-"
-    return prefix if len(prefix) <= MAX_NAME_LENGTH else owner_name
+    return prefix if len(prefix) - 1 <= MAX_NAME_LENGTH else owner_name
 
 
 def pod_from_template(template: dict[str, Any], owner_name: str, controller_ref: dict[str, Any] | None) -> Obj:

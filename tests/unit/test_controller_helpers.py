@@ -184,8 +184,8 @@ def test_scenario_23_pod_from_template_copies_metadata() -> None:
         "ownerReferences": [ref],
     }
     assert p["spec"] == template["spec"] and p["spec"] is not template["spec"]
-    assert pod_name_prefix("x" * 253) == "x" * 253
-    assert pod_name_prefix("x" * 252) == "x" * 252 + "-"
+    assert pod_name_prefix("x" * 253) == "x" * 253 + "-"  # the built KCM's generateName for such a name
+    assert pod_name_prefix("x" * 254) == "x" * 254
 
 
 # -- stale cache ------------------------------------------------------------------------------------
