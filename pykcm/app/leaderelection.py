@@ -234,7 +234,8 @@ class LeaderElector:
             try:
                 await self.lock.update(record)
             except (ApiError, TransportError) as err:
-                log.error(err, "Failed to update lock optimistically, falling back to slow path", lease=self._desc())
+                log.v(2).info("Failed to update lock optimistically, falling back to slow path", err=str(err),
+                              lease=self._desc())
             else:
                 self._set_observed(record, sent)
                 return True
@@ -341,18 +342,34 @@ class LeaderElector:
         """Hand the lease back: empty holder, 1 s duration, so a standby need not wait for expiry."""
         if not self.is_leader():
             return True
+        # Read first, as client-go's release does: a PUT over the Lease last renewed fails with a Conflict
+        # once anything else wrote it (a label, a renewal whose answer was lost), and a standby then
+        # waits out the whole lease.
+        try:
+            current = await self.lock.get()
+        except NotFound:
+            log.info("lease lock not found", lease=self._desc())
+            return False
+        except (ApiError, TransportError) as err:
+            log.error(err, "error retrieving resource lock", lease=self._desc())
+            return False
+        if current.holder_identity != self.identity:  # taken over since: nothing of ours to hand back
+            metrics.leader_election_master_status.labels(self.name).set(0)
+            log.info("Lease already held by another candidate, not released", lease=self._desc(),
+                     holder=current.holder_identity)
+            return True
         stamp = micro_time(self._wall_clock())
         record = LeaderElectionRecord(
             holder_identity="",
             lease_duration_seconds=1,
             acquire_time=stamp,
             renew_time=stamp,
-            leader_transitions=self.observed_record.leader_transitions,
+            leader_transitions=current.leader_transitions,
         )
         try:
             await self.lock.update(record)
-        except (ApiError, TransportError, RuntimeError) as err:
-            log.error(err, "Failed to release lock", lease=self._desc())
+        except (ApiError, TransportError) as err:
+            log.error(err, "Failed to release lease", lease=self._desc())
             return False
         self._set_observed(record)
         metrics.leader_election_master_status.labels(self.name).set(0)

@@ -48,7 +48,9 @@ FENCE_MARGIN = 0.2  # of the lease duration, at least 1 s: time for a checked re
 
 
 def fence_window(config: LeaderElectionConfig) -> float:
-    return config.lease_duration - max(1.0, FENCE_MARGIN * config.lease_duration)
+    # From the whole seconds the Lease says (leaseDurationSeconds), which is what standbys wait out.
+    lease_duration = float(int(config.lease_duration))
+    return lease_duration - max(1.0, FENCE_MARGIN * lease_duration)
 
 
 def heartbeat_bound(config: LeaderElectionConfig) -> float:

@@ -196,7 +196,7 @@ class Manager:
             lost = renewing.done() and not _succeeded(renewing)
             if lost:
                 # Another process may lead as soon as the lease expires: stop now, don't drain.
-                log.error(None, "leaderelection lost", lease=elector.lock.describe())
+                log.error(None, "leaderelection lost/stopped", lease=elector.lock.describe())
                 self._drain_timeout = 0.0
             stop_controllers.set()
             await running  # re-raises a controller crash after shutting the rest down
@@ -208,7 +208,7 @@ class Manager:
                 await asyncio.gather(running, return_exceptions=True)
             if not lost and renewing.done() and not _succeeded(renewing):
                 lost = True  # during the drain: no release, and said as at any other time
-                log.error(None, "leaderelection lost", lease=elector.lock.describe())
+                log.error(None, "leaderelection lost/stopped", lease=elector.lock.describe())
             stop_renewing.set()
             still_leading = await _result_or_false(renewing)
             if still_leading and not lost:

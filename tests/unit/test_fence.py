@@ -233,3 +233,12 @@ async def test_no_acquire_or_renew_while_the_loop_is_reported_wedged() -> None:
     wedged.clear()
     await asyncio.sleep(0)
     assert await elector.try_acquire_or_renew()
+
+
+def test_the_write_window_keeps_its_margin_from_the_whole_seconds_the_lease_says() -> None:
+    from pykcm.app.leaderelection import LeaderElectionConfig
+    from pykcm.app.leasethread import fence_window
+
+    # A standby waits out leaseDurationSeconds, the duration's whole seconds: 3.9 s is written as 3.
+    assert fence_window(LeaderElectionConfig(lease_duration=3.9, renew_deadline=2.0, retry_period=0.5)) == 2.0
+    assert fence_window(LeaderElectionConfig(lease_duration=15.0, renew_deadline=10.0, retry_period=2.0)) == 12.0

@@ -274,6 +274,35 @@ async def test_release_lets_a_standby_take_over_without_waiting() -> None:
     assert api.spec(name)["leaseTransitions"] == 1
 
 
+async def test_release_reads_the_lease_first_so_another_writer_does_not_make_it_fail() -> None:
+    api, clock = FakeLeaseApi(), FakeClock()
+    name = unique()
+    a = candidate(api, clock, "host_a", name)
+    assert await a.acquire(asyncio.Event())
+    path = f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}"
+    api._store(path, {**api.objects[path], "metadata": {**api.objects[path]["metadata"], "labels": {"x": "1"}}})
+
+    assert await a.release()  # a PUT over the Lease last renewed was a Conflict
+
+    assert api.spec(name)["holderIdentity"] == ""
+
+
+async def test_release_leaves_a_lease_another_candidate_took_since() -> None:
+    api, clock = FakeLeaseApi(), FakeClock()
+    name = unique()
+    a = candidate(api, clock, "host_a", name)
+    assert await a.acquire(asyncio.Event())
+    path = f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}"
+    taken = copy.deepcopy(api.objects[path])
+    taken["spec"]["holderIdentity"] = "host_b"
+    api._store(path, taken)
+    writes = len(api.writes)
+
+    assert await a.release()
+
+    assert api.spec(name)["holderIdentity"] == "host_b" and len(api.writes) == writes
+
+
 async def test_release_when_not_leading_writes_nothing() -> None:
     api, clock = FakeLeaseApi(), FakeClock()
     b = candidate(api, clock, "host_b", unique())
