@@ -3,7 +3,9 @@
 As KCM's SAControllerClientBuilder: the account `kube-system/<client name>` is created if
 missing, a token is requested with TokenRequest (1 h) and renewed when 80 % of its lifetime has
 passed, so the controller is `system:serviceaccount:kube-system:<client name>` to RBAC and audit.
-Shared informers and discovery keep the manager's own credentials.
+A token the apiserver refuses (401: the account deleted, the signing key rotated) is replaced at
+once, and the account (and its namespace) created again first, as KCM's token source does
+before every TokenRequest. Shared informers and discovery keep the manager's own credentials.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ import asyncio
 import contextlib
 import datetime
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pykcm.client.config import bearer_token_config
 from pykcm.client.errors import AlreadyExists, ApiError, NotFound, TransportError
-from pykcm.client.resources import SERVICEACCOUNTS
+from pykcm.client.resources import NAMESPACES, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
 from pykcm.util.backoff import Backoff
 from pykcm.util.durations import go_duration
@@ -29,6 +31,7 @@ RENEW_AT = 0.8  # renew with 20 % of the lifetime left
 # apiserver's makes a fresh token look nearly expired. No renewal follows a success sooner than
 # this part of the lifetime (6 minutes), rather than one after another without a pause.
 MIN_RENEW_AFTER = 0.1
+REFUSED_RENEW_AFTER = 5.0  # seconds: a burst of 401s (every request in flight) asks for one new token
 
 log = get_logger("clientbuilder")
 
@@ -37,6 +40,8 @@ log = get_logger("clientbuilder")
 class _Token:
     value: str
     expires: float  # monotonic
+    received: float = 0.0  # monotonic
+    refused: asyncio.Event = field(default_factory=asyncio.Event)  # a request with it got a 401
 
 
 class ServiceAccountClientBuilder:
@@ -50,7 +55,7 @@ class ServiceAccountClientBuilder:
         await self._ensure_service_account(name)
         token = await self._request_token(name)
         self._renewers.append(asyncio.create_task(self._keep_renewed(name, token), name=f"token {name}"))
-        config = bearer_token_config(self.root.config, lambda: f"Bearer {token.value}")
+        config = bearer_token_config(self.root.config, lambda: f"Bearer {token.value}", token.refused.set)
         log.info("Using service account credentials", controller=name, serviceAccount=f"{self.namespace}/{name}")
         return RestClient(config.with_limits(qps, burst), name)
 
@@ -62,10 +67,22 @@ class ServiceAccountClientBuilder:
     async def _ensure_service_account(self, name: str) -> None:
         try:
             await self.root.get(SERVICEACCOUNTS, name, self.namespace)
+            return
         except NotFound:
-            body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
-            with contextlib.suppress(AlreadyExists):
-                await self.root.create(SERVICEACCOUNTS, body, self.namespace)
+            pass
+        try:  # as KCM: the namespace too, tolerating a manager that may not create namespaces
+            await self.root.get(NAMESPACES, self.namespace)
+        except NotFound:
+            try:
+                await self.root.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                                    "metadata": {"name": self.namespace}})
+            except AlreadyExists:
+                pass
+            except ApiError as err:
+                log.warning("create non-exist namespace failed", namespace=self.namespace, err=str(err))
+        body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
+        with contextlib.suppress(AlreadyExists):
+            await self.root.create(SERVICEACCOUNTS, body, self.namespace)
 
     async def _request_token(self, name: str) -> _Token:
         body = {
@@ -78,27 +95,35 @@ class ServiceAccountClientBuilder:
         status = response["status"]
         expires_at = datetime.datetime.fromisoformat(status["expirationTimestamp"].replace("Z", "+00:00"))
         lifetime = (expires_at - datetime.datetime.now(datetime.UTC)).total_seconds()
-        return _Token(status["token"], time.monotonic() + lifetime)
+        now = time.monotonic()
+        return _Token(status["token"], now + lifetime, now)
 
     async def _keep_renewed(self, name: str, token: _Token) -> None:
+        account = f"{self.namespace}/{name}"
         backoff = Backoff(1.0, 60.0)
         wait = self._renew_in(name, token)
         while True:
-            await asyncio.sleep(wait)
-            try:
-                fresh = await self._request_token(name)
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                # Whatever went wrong, stopping here would let the token expire within the hour and
-                # the controller fail every call: say it in one line and keep trying.
-                reason = err if isinstance(err, (ApiError, TransportError)) else f"{type(err).__name__}: {err}"
-                log.error(reason, "Failed to renew service account token", serviceAccount=f"{self.namespace}/{name}")
-                wait = backoff.next()
-                continue
+            if await _refused_within(token, wait):
+                log.info("Service account token refused, requesting a new one", serviceAccount=account)
+                await asyncio.sleep(max(0.0, token.received + REFUSED_RENEW_AFTER - time.monotonic()))
+            while True:
+                token.refused.clear()  # 401s to requests sent with the token being replaced
+                try:
+                    await self._ensure_service_account(name)
+                    fresh = await self._request_token(name)
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:
+                    # Whatever went wrong, stopping here would let the token expire within the hour and
+                    # the controller fail every call: say it in one line and keep trying, backing off.
+                    reason = err if isinstance(err, (ApiError, TransportError)) else f"{type(err).__name__}: {err}"
+                    log.error(reason, "Failed to renew service account token", serviceAccount=account)
+                    await asyncio.sleep(backoff.next())
             backoff.reset()
-            token.value, token.expires = fresh.value, fresh.expires
-            log.v(2).info("Renewed service account token", serviceAccount=f"{self.namespace}/{name}")
+            token.value, token.expires, token.received = fresh.value, fresh.expires, fresh.received
+            token.refused.clear()
+            log.v(2).info("Renewed service account token", serviceAccount=account)
             wait = self._renew_in(name, token)
 
     def _renew_in(self, name: str, token: _Token) -> float:
@@ -111,3 +136,12 @@ class ServiceAccountClientBuilder:
             log.warning("A new service account token looks nearly expired: is this machine's clock ahead of "
                         "the apiserver's?", serviceAccount=f"{self.namespace}/{name}", renewIn=go_duration(floor))
         return max(wait, floor)
+
+
+async def _refused_within(token: _Token, seconds: float) -> bool:
+    """Wait `seconds`, or less if a request is refused the token meanwhile; say which."""
+    try:
+        await asyncio.wait_for(token.refused.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True

@@ -7,11 +7,13 @@ way we only take the resulting endpoint, TLS material and a bearer-token source.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
@@ -19,12 +21,15 @@ from pykcm.client.fence import WriteFence
 from pykcm.client.kubeconfig import (
     SERVICE_ACCOUNT_DIR,
     Credentials,
+    KubeconfigError,
+    chosen_sections,
     default_kubeconfig_path,
+    impersonation_headers,
     in_cluster,
     kubeconfig_paths,
-    kubeconfig_problem,
     simple_kubeconfig,
 )
+from pykcm.client.kubeconfigcheck import kubeconfig_problem
 from pykcm.util.errors import os_error_message
 from pykcm.util.log import get_logger, one_line
 from pykcm.util.pem import read_pem_pair_problem
@@ -51,6 +56,11 @@ class ClientConfig:
     verify_tls: bool = True
     cert_file: str | None = None  # client certificate and key files, re-read when they rotate
     key_file: str | None = None
+    server_name: str | None = None  # the name the server's certificate is checked for, if not the host's
+    proxy_url: str | None = None  # the kubeconfig's proxy-url; the environment's proxies otherwise
+    impersonate: tuple[tuple[str, str], ...] = ()  # Impersonate-* headers sent with every request
+    # Told of every 401: a token source that can fetch a new token now (client-go's ResettableTokenSource).
+    on_unauthorized: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     # Checked before each mutating request (a leader's fence); shared by clients derived from this one.
     write_fence: WriteFence | None = field(default=None, repr=False, compare=False)
 
@@ -80,7 +90,7 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         os.path.join(SERVICE_ACCOUNT_DIR, "token")
     )
     if kubeconfig:
-        creds = simple_kubeconfig(kubeconfig, context) or _package_credentials(kubeconfig, context)
+        creds = _kubeconfig_credentials(kubeconfig, context, master)
     elif in_pod:
         creds = in_cluster() or _package_credentials(None, context, in_cluster=True)
         log.info("Using the in-cluster configuration (the pod's service account token)", host=creds.host)
@@ -90,24 +100,56 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         if not any(map(os.path.exists, kubeconfig_paths())):
             raise ConfigError(_NO_CONFIGURATION)
         path = default_kubeconfig_path()
-        simple = simple_kubeconfig(path, context) if path else None
-        creds = simple or _package_credentials(None, context)
+        # KCM reads no default kubeconfig; pykcm does (for `pykcm run` on a laptop), and says which.
+        log.info("Using the default kubeconfig", path=path or os.environ.get("KUBECONFIG", ""), context=context or "")
+        creds = _kubeconfig_credentials(path, context, master) if path else _package_credentials(None, context)
     if master:
         creds.host = master
     if not creds.host:
         raise ConfigError("no API server address: give --kubeconfig or --master")
     tls = bool(creds.ca_file or creds.cert_file or not creds.verify_tls)
     host = server_url(creds.host, tls)
-    https = host.startswith("https")
+    if not host.startswith("https"):
+        # client-go merges the user's credentials (tokens, impersonation) only into a TLS config:
+        # over plain HTTP they would travel in the clear.
+        return ClientConfig(host=host, ssl_context=None, verify_tls=creds.verify_tls, proxy_url=creds.proxy_url)
     return ClientConfig(
         host=host,
-        ssl_context=tls_context(creds.ca_file, creds.verify_tls, creds.cert_file, creds.key_file) if https else None,
+        ssl_context=tls_context(creds.ca_file, creds.verify_tls, creds.cert_file, creds.key_file),
         token_source=creds.token_source,
         ca_file=creds.ca_file,
         verify_tls=creds.verify_tls,
-        cert_file=creds.cert_file if https else None,
-        key_file=creds.key_file if https else None,
+        cert_file=creds.cert_file,
+        key_file=creds.key_file,
+        server_name=creds.server_name,
+        proxy_url=creds.proxy_url,
+        impersonate=creds.impersonate,
     )
+
+
+def _kubeconfig_credentials(path: str, context: str | None, master: str | None) -> Credentials:
+    """One kubeconfig file: refused in one line where client-go refuses it, read here where it is simple."""
+    if problem := kubeconfig_problem(path):
+        raise ConfigError(f"error loading config file {path!r}: {problem}")
+    try:
+        creds = simple_kubeconfig(path, context, master)
+    except KubeconfigError as err:
+        raise ConfigError(str(err)) from None
+    if creds is not None:
+        return creds
+    with _package_errors() as errors:
+        creds = _package_credentials(path, context)
+    if sections := chosen_sections(path, context):  # what the package does not carry over
+        cluster, user = sections
+        creds.server_name = cluster.get("tls-server-name") or None
+        creds.proxy_url = cluster.get("proxy-url") or None
+        creds.impersonate = impersonation_headers(user)
+        plugin = user.get("exec") or user.get("auth-provider")
+        if plugin and creds.token_source() is None and not creds.cert_file:
+            # The package logs a failed plugin and goes on without a token: every request would be
+            # system:anonymous's, and the cause one stray line. KCM stops with the plugin's error.
+            raise ConfigError(f"getting credentials: {errors[-1] if errors else 'the plugin gave no token'}")
+    return creds
 
 
 def server_url(host: str, tls: bool) -> str:
@@ -155,6 +197,23 @@ def _package_credentials(kubeconfig: str | None, context: str | None, in_cluster
     )
 
 
+@contextlib.contextmanager
+def _package_errors() -> Iterator[list[str]]:
+    """The error lines the package logs meanwhile (it logs a failed exec plugin on the root logger)."""
+    errors: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            errors.append(one_line(record.getMessage()))
+
+    handler = Collect(logging.ERROR)
+    logging.getLogger().addHandler(handler)
+    try:
+        yield errors
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
 class PluginToken:
     """The `kubernetes` package's bearer token, asked for off the event loop.
 
@@ -190,11 +249,13 @@ class PluginToken:
             self._asking = False
 
 
-def bearer_token_config(base: ClientConfig, token_source: Callable[[], str | None]) -> ClientConfig:
+def bearer_token_config(base: ClientConfig, token_source: Callable[[], str | None],
+                        on_unauthorized: Callable[[], None] | None = None) -> ClientConfig:
     """Same server and trust as `base`, but authenticating only with the given bearer token.
 
     No client certificate is presented: the apiserver would authenticate a request by its
-    certificate before looking at the token.
+    certificate before looking at the token; and no impersonation, as client-go's
+    AnonymousClientConfig, which KCM's service account clients start from.
     """
     https = base.host.startswith("https")
     return replace(
@@ -203,6 +264,8 @@ def bearer_token_config(base: ClientConfig, token_source: Callable[[], str | Non
         token_source=token_source,
         cert_file=None,
         key_file=None,
+        impersonate=(),
+        on_unauthorized=on_unauthorized,
     )
 
 

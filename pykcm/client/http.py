@@ -5,7 +5,9 @@ body writer, the parser's callbacks). Here a request is its head and body writte
 transport.write() and its response parsed in data_received(); the caller awaits one future.
 Connections are kept alive in a pool per server (idle ones closed after 90 s, client-go's
 IdleConnTimeout) and carry Content-Length or chunked bodies, gzip-encoded or not, buffered or
-streamed (watches). No redirects, proxies, cookies or 100-continue: the API server needs none.
+streamed (watches). No redirects, cookies or 100-continue: the API server needs none. A proxy
+(the kubeconfig's proxy-url or the environment's, pykcm.client.proxy) is asked to CONNECT to the
+server, and TLS to the server runs inside that tunnel.
 
 A request that finds its pooled connection closed by the server is sent again on a new one only
 if it provably was not sent (the transport was closing before the write), or if it is a GET or
@@ -18,11 +20,15 @@ import asyncio
 import contextlib
 import ssl
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from pykcm.client.fence import WriteFence
 from pykcm.client.httpconnection import HTTPConnection, NotSent, ServerDisconnected
+from pykcm.client.proxy import open_tunnel, parse_proxy
+
+RequestHeaders = Mapping[str, str | list[str]]  # a list: the header sent once per value
 
 IDLE_TIMEOUT = 90.0  # client-go's transport closes connections idle this long
 REPLAYABLE = frozenset({"GET", "HEAD"})
@@ -48,11 +54,14 @@ class Response:
 
 
 class ConnectionPool:
-    """Keep-alive connections to one server: at most `limit` open (busy, idle or connecting)."""
+    """Keep-alive connections to one server: at most `limit` open (busy, idle or connecting).
+    `server_name` is the name TLS asks for and checks the certificate against instead of the
+    URL's host (a kubeconfig's tls-server-name); `proxy` a proxy URL (http:// or https://, with
+    user:password for Basic auth; ValueError for any other, socks5 included)."""
 
     def __init__(
         self, url: str, ssl_context: ssl.SSLContext | None, limit: int, fence: WriteFence | None = None,
-        idle_timeout: float = IDLE_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT, *, server_name: str | None = None, proxy: str | None = None,
     ) -> None:
         parts = urlsplit(url)
         https = parts.scheme == "https"
@@ -60,6 +69,8 @@ class ConnectionPool:
         self._host = parts.netloc.rpartition("@")[2]
         self._base = parts.path.rstrip("/")  # a proxy's prefix, kept as rest.request_url says
         self._ssl = (ssl_context or ssl.create_default_context()) if https else None
+        self._server_name = server_name or None
+        self._proxy = parse_proxy(proxy) if proxy else None  # a bad proxy URL fails here, not at each request
         self._limit, self._fence, self._idle_timeout = limit, fence, idle_timeout
         self._conns: set[HTTPConnection] = set()
         self._idle: list[HTTPConnection] = []  # most recently used last
@@ -68,7 +79,7 @@ class ConnectionPool:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # bound on first use
 
     async def request(
-        self, method: str, target: str, headers: dict[str, str], body: bytes | None, timeout: Timeout
+        self, method: str, target: str, headers: RequestHeaders, body: bytes | None, timeout: Timeout
     ) -> Response:
         """One exchange with a buffered body. `target` is the path and query below the server's."""
         conn = await self._exchange(method, target, headers, body, timeout, streaming=False)
@@ -76,14 +87,15 @@ class ConnectionPool:
         self.release(conn)
         return response
 
-    async def stream(self, method: str, target: str, headers: dict[str, str], timeout: Timeout) -> Stream:
+    async def stream(self, method: str, target: str, headers: RequestHeaders, timeout: Timeout) -> Stream:
         """An exchange whose body is read chunk by chunk (a watch); close() the stream when done."""
         return Stream(self, await self._exchange(method, target, headers, None, timeout, streaming=True))
 
-    def use_tls(self, context: ssl.SSLContext) -> None:
-        """New connections use `context`; the open ones are closed (a rotated client certificate)."""
+    def use_tls(self, context: ssl.SSLContext, close_busy: bool = True) -> None:
+        """New connections use `context`; the open ones are closed (a rotated client certificate),
+        or with `close_busy` False only the idle ones (a rotated CA: watches go on)."""
         self._ssl = context
-        for conn in list(self._conns):
+        for conn in list(self._conns if close_busy else self._idle):
             conn.close()
 
     async def close(self) -> None:
@@ -98,12 +110,16 @@ class ConnectionPool:
     # -- internals ------------------------------------------------------------------------------------
 
     async def _exchange(
-        self, method: str, target: str, headers: dict[str, str], body: bytes | None, timeout: Timeout, streaming: bool
+        self, method: str, target: str, headers: RequestHeaders, body: bytes | None, timeout: Timeout, streaming: bool
     ) -> HTTPConnection:
         """Send the request, wait for the whole response (or its head when streaming), retry a
         stale pooled connection once as the module docstring says; the connection is ours."""
         head = [f"{method} {self._base}{target} HTTP/1.1\r\nHost: {self._host}\r\n"]
-        head.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+        for name, value in headers.items():
+            if isinstance(value, list):  # the header repeated, a line per value (Impersonate-Group)
+                head.extend(f"{name}: {v}\r\n" for v in value)
+            else:
+                head.append(f"{name}: {value}\r\n")
         if body is not None or method in ("POST", "PUT", "PATCH"):
             head.append(f"Content-Length: {len(body or b'')}\r\n")
         head.append("Accept-Encoding: gzip\r\n\r\n")
@@ -165,10 +181,13 @@ class ConnectionPool:
             conn = HTTPConnection(self.loop, self.forget)
             self._conns.add(conn)
             host, port = self._address
-            tls = {"ssl": self._ssl, "server_hostname": host} if self._ssl is not None else {}
+            tls = {"ssl": self._ssl, "server_hostname": self._server_name or host} if self._ssl is not None else {}
             try:
-                async with asyncio.timeout(connect_timeout):
-                    await self.loop.create_connection(lambda: conn, host, port, **tls)
+                async with asyncio.timeout(connect_timeout):  # through a proxy: its CONNECT and our handshake too
+                    if self._proxy is not None:  # ProxyRefused (a ConnectionRefusedError) if it will not
+                        await open_tunnel(self.loop, self._proxy, host, port, conn, self._ssl, self._server_name)
+                    else:
+                        await self.loop.create_connection(lambda: conn, host, port, **tls)
             except BaseException:
                 self.forget(conn)
                 if conn.transport is not None:

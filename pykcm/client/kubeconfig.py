@@ -2,11 +2,10 @@
 
 Importing the package costs about 0.25 s of CPU at every start (it brings requests, oauthlib,
 pydantic and its generated client), while most controller managers run with a kubeconfig that
-holds nothing but a server, TLS files or data and a token, or in a pod with its service
-account. Those are read here. Everything else (exec and auth-provider plugins, basic auth,
-proxies, impersonation, a KUBECONFIG list to merge, and any file this reader does not fully
-understand) returns None, and the caller asks the package, whose messages then explain what is
-wrong; for a file that is no kubeconfig at all `kubeconfig_problem` says why instead.
+holds a server, TLS files or data, a token or token file (maybe with impersonation, a proxy or a
+TLS server name), or in a pod with its service account. Those are read here. Exec and
+auth-provider plugins and KUBECONFIG lists to merge are left to the package (`simple_kubeconfig`
+returns None); what client-go would refuse is refused first, in one line (kubeconfigcheck.py).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from pykcm.client.kubeconfigcheck import conflict, load_yaml
 from pykcm.util.hostport import join_host_port
 from pykcm.util.log import one_line
 
@@ -32,10 +32,16 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_REREAD_PERIOD = 60.0  # client-go re-reads a token file once a minute (cachingTokenSource)
 
 # The keys this reader understands; any other key means the package reads the file.
-_CLUSTER_KEYS = {"server", "certificate-authority", "certificate-authority-data", "insecure-skip-tls-verify"}
-_USER_KEYS = {"client-certificate", "client-certificate-data", "client-key", "client-key-data", "token", "tokenFile"}
+_CLUSTER_KEYS = {"server", "certificate-authority", "certificate-authority-data", "insecure-skip-tls-verify",
+                 "tls-server-name", "proxy-url", "disable-compression"}
+_USER_KEYS = {"client-certificate", "client-certificate-data", "client-key", "client-key-data", "token", "tokenFile",
+              "username", "password", "as", "as-uid", "as-groups", "as-user-extra"}
 _CONTEXT_KEYS = {"cluster", "user", "namespace"}
 _IGNORED_KEYS = {"extensions"}  # read by no client
+
+
+class KubeconfigError(Exception):
+    """A kubeconfig client-go would refuse; the message is one line for the user."""
 
 
 @dataclass
@@ -48,15 +54,23 @@ class Credentials:
     cert_file: str | None = None
     key_file: str | None = None
     token_source: Callable[[], str | None] = field(default=lambda: None, repr=False)
+    server_name: str | None = None  # tls-server-name: the name the server's certificate is checked for
+    proxy_url: str | None = None
+    impersonate: tuple[tuple[str, str], ...] = ()  # Impersonate-* headers, in order, names repeated
 
 
 class FileToken:
     """A bearer token from a file, re-read once a minute so that a rotated token is picked up."""
 
-    def __init__(self, path: str, period: float = TOKEN_REREAD_PERIOD) -> None:
+    def __init__(self, path: str, period: float = TOKEN_REREAD_PERIOD, fallback: str = "") -> None:
         self.path = path
         self.period = period
-        self._token = self._read()
+        try:
+            self._token = self._read()
+        except OSError:
+            if not fallback:  # client-go falls back to the kubeconfig's own token only if there is one
+                raise
+            self._token = fallback
         self._read_at = time.monotonic()
 
     def _read(self) -> str:
@@ -84,48 +98,37 @@ def in_cluster() -> Credentials | None:
     return Credentials(host=f"https://{join_host_port(host, port)}", ca_file=ca_path, token_source=token)
 
 
-def _load_yaml(path: str) -> Any:
-    with open(path, "rb") as f:
-        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+def simple_kubeconfig(path: str, context: str | None = None, master: str | None = None) -> Credentials | None:
+    """The credentials of a kubeconfig this reader fully understands, else None (the package reads it).
 
-
-def simple_kubeconfig(path: str, context: str | None = None) -> Credentials | None:
-    """The credentials of a kubeconfig this reader fully understands, else None."""
-    try:
-        return _credentials(_load_yaml(path), os.path.dirname(os.path.abspath(path)), context)
-    except (OSError, yaml.YAMLError, binascii.Error, ValueError, TypeError, AttributeError, KeyError):
-        return None
-
-
-def kubeconfig_problem(path: str) -> str | None:
-    """Why the file at `path` cannot be a kubeconfig at all, in one line, or None.
-
-    These are the files client-go refuses with "error loading config file" (unreadable, not
-    YAML, not a mapping, sections of the wrong type); the package fails on them with Python's
-    own messages ("'str' object does not support item assignment"), which tell the user nothing.
+    Raises KubeconfigError for what client-go refuses in the context in use. `master` stands in
+    for a cluster without a server, as `--master` is merged into the kubeconfig's cluster.
     """
+    base = os.path.dirname(os.path.abspath(path))
     try:
-        doc = _load_yaml(path)
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    except yaml.YAMLError as exc:
-        return "not YAML: " + one_line(exc)
-    if doc is None:
-        return None  # empty: the package says so
-    if not isinstance(doc, dict):
-        kind = {"list": "list", "str": "string", "bool": "boolean"}.get(type(doc).__name__, "number")
-        return f"not a kubeconfig: the file holds a YAML {kind}, not a mapping"
-    for kind in ("cluster", "context", "user"):
-        entries = doc.get(f"{kind}s")
-        if entries is None:
-            continue
-        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-            return f"'{kind}s' must be a list of mappings"
-        if any(not isinstance(e.get(kind, {}), dict) for e in entries):
-            return f"each '{kind}s' entry's '{kind}' must be a mapping"
-    if not isinstance(doc.get("current-context", ""), str):
-        return "'current-context' must be a string"
-    return None
+        chosen = _chosen(load_yaml(path), context)
+    except (OSError, yaml.YAMLError):
+        return None
+    if chosen is None:
+        return None
+    cluster_name, cluster, user_name, user = chosen
+    if problem := conflict(cluster_name, cluster, user_name, user, base):
+        raise KubeconfigError(f"invalid configuration: {problem}")
+    if not set(cluster) <= _CLUSTER_KEYS | _IGNORED_KEYS or not set(user) <= _USER_KEYS | _IGNORED_KEYS:
+        return None
+    try:
+        return _credentials(cluster, user, base, master)
+    except (OSError, binascii.Error, ValueError) as exc:
+        raise KubeconfigError(f"invalid configuration: {one_line(exc)}") from None
+
+
+def chosen_sections(path: str, context: str | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The cluster and user sections of the context in use, or None where they cannot be found."""
+    try:
+        chosen = _chosen(load_yaml(path), context)
+    except (OSError, yaml.YAMLError):
+        return None
+    return (chosen[1], chosen[3]) if chosen else None
 
 
 def kubeconfig_paths() -> list[str]:
@@ -147,7 +150,8 @@ def _named(doc: dict[str, Any], kind: str, name: Any) -> dict[str, Any] | None:
     return entries[0][kind]
 
 
-def _credentials(doc: Any, base: str, context_name: str | None) -> Credentials | None:
+def _chosen(doc: Any, context_name: str | None) -> tuple[str, dict[str, Any], str, dict[str, Any]] | None:
+    """The context's cluster and user (with their names), or None where the package should say why."""
     if not isinstance(doc, dict):
         return None
     context = _named(doc, "context", context_name or doc.get("current-context"))
@@ -155,30 +159,65 @@ def _credentials(doc: Any, base: str, context_name: str | None) -> Credentials |
         return None
     cluster = _named(doc, "cluster", context.get("cluster"))
     user = _named(doc, "user", context.get("user")) if "user" in context else {}
-    if (
-        cluster is None
-        or user is None
-        or not set(cluster) <= _CLUSTER_KEYS | _IGNORED_KEYS
-        or not set(user) <= _USER_KEYS | _IGNORED_KEYS
-    ):
+    if cluster is None or user is None:
         return None
-    server = cluster.get("server")
-    if not isinstance(server, str) or not server:
+    return context.get("cluster", ""), cluster, context.get("user", ""), user
+
+
+def _credentials(cluster: dict[str, Any], user: dict[str, Any], base: str, master: str | None) -> Credentials | None:
+    server = cluster.get("server") or master
+    if not server:
         return None
-    creds = Credentials(host=server.rstrip("/"), verify_tls=not cluster.get("insecure-skip-tls-verify", False))
-    if creds.host.startswith("https"):
-        creds.ca_file = _file_or_data(cluster, "certificate-authority", base)
-        creds.cert_file = _file_or_data(user, "client-certificate", base)
-        creds.key_file = _file_or_data(user, "client-key", base)
-        if (creds.cert_file is None) != (creds.key_file is None):
-            return None
-    token = user.get("token")
+    creds = Credentials(host=server.rstrip("/"), verify_tls=not cluster.get("insecure-skip-tls-verify"),
+                        server_name=cluster.get("tls-server-name") or None, proxy_url=cluster.get("proxy-url") or None)
+    creds.ca_file = _file_or_data(cluster, "certificate-authority", base)
+    creds.cert_file = _file_or_data(user, "client-certificate", base)
+    creds.key_file = _file_or_data(user, "client-key", base)
+    creds.token_source = _token_source(user, base)
+    creds.impersonate = impersonation_headers(user)
+    return creds
+
+
+def _token_source(user: dict[str, Any], base: str) -> Callable[[], str | None]:
+    """client-go's order: a token file (re-read; the inline token if it cannot be read), a token, basic auth."""
+    token = user.get("token") or ""
+    if user.get("tokenFile"):
+        path = os.path.normpath(os.path.join(base, user["tokenFile"]))
+        source = FileToken(path, fallback=token)
+        if source() is None:
+            raise KubeconfigError(f'read empty token from file "{path}"')
+        return source
     if token:
         bearer = f"Bearer {token}"
-        creds.token_source = lambda: bearer
-    elif user.get("tokenFile"):
-        creds.token_source = FileToken(os.path.normpath(os.path.join(base, user["tokenFile"])))
-    return creds
+        return lambda: bearer
+    if user.get("username") or user.get("password"):
+        pair = f"{user.get('username') or ''}:{user.get('password') or ''}"
+        basic = "Basic " + base64.b64encode(pair.encode()).decode()
+        return lambda: basic
+    return lambda: None
+
+
+def impersonation_headers(user: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The Impersonate-* headers client-go's impersonating round tripper sends for `as` and its kin."""
+    name, uid = user.get("as") or "", user.get("as-uid") or ""
+    groups, extra = user.get("as-groups") or [], user.get("as-user-extra") or {}
+    if not (name or uid or groups or extra):
+        return ()
+    headers = [("Impersonate-User", name)] + ([("Impersonate-Uid", uid)] if uid else [])
+    headers += [("Impersonate-Group", group) for group in groups]
+    headers += [(f"Impersonate-Extra-{_header_key_escape(key)}", value) for key, values in extra.items()
+                for value in values]
+    if any("\r" in value or "\n" in value for _, value in headers):  # Go refuses such a header value too
+        raise KubeconfigError("invalid configuration: an impersonation value holds a line break")
+    return tuple(headers)
+
+
+_HEADER_KEY_BYTES = frozenset(b"!#$&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+def _header_key_escape(key: str) -> str:
+    """An extra's key as a header name: bytes a header name cannot hold, and '%', percent-encoded."""
+    return "".join(chr(b) if b in _HEADER_KEY_BYTES else f"%{b:02X}" for b in key.encode())
 
 
 def _file_or_data(section: dict[str, Any], key: str, base: str) -> str | None:
@@ -190,10 +229,7 @@ def _file_or_data(section: dict[str, Any], key: str, base: str) -> str | None:
         raise ValueError(f"{key}-data is empty")
     if not section.get(key):
         return None
-    path = os.path.normpath(os.path.join(base, section[key]))
-    if not os.path.isfile(path):
-        raise FileNotFoundError(path)
-    return path
+    return os.path.normpath(os.path.join(base, section[key]))
 
 
 _data_dir: str | None = None

@@ -13,13 +13,14 @@ import orjson
 
 from pykcm import __version__
 from pykcm.client import metrics, retry
-from pykcm.client.certrotation import CLIENT_CERT_REFRESH, ClientCertRotation
+from pykcm.client.certrotation import CLIENT_CERT_REFRESH, TLSFileRotation
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import TransportError, error_from_status
 from pykcm.client.fence import FencedWrite, sending
 from pykcm.client.http import ConnectionPool, Stream, Timeout
 from pykcm.client.httpconnection import HTTPError
 from pykcm.client.protobuf import MAGIC, PROTOBUF, WATCH_ACCEPT, WatchDecoder, decode_status
+from pykcm.client.proxy import proxy_for
 from pykcm.client.resources import Resource
 from pykcm.util.durations import go_duration
 from pykcm.util.flowcontrol import client_rate_limiter
@@ -53,28 +54,30 @@ class _Transport:
         self.host_label = urlsplit(config.host).netloc
         self._ssl_context = config.ssl_context
         self._pool: ConnectionPool | None = None
-        self._rotation: ClientCertRotation | None = None
-        if config.ssl_context is not None and config.cert_file and config.key_file:
-            self._rotation = ClientCertRotation(
-                config.cert_file, config.key_file, config.client_tls_context, monotonic(), CLIENT_CERT_REFRESH
-            )
+        self._rotation: TLSFileRotation | None = None
+        if config.ssl_context is not None and (config.ca_file or (config.cert_file and config.key_file)):
+            self._rotation = TLSFileRotation(config.ca_file, config.cert_file, config.key_file,
+                                             config.client_tls_context, monotonic(), CLIENT_CERT_REFRESH)
 
     def pool(self) -> ConnectionPool:
-        self._rotate_client_certificate()
+        self._rotate_tls_files()
         if self._pool is None:
             # The fence is checked by the pool in the step that writes a request (see fence.py).
-            self._pool = ConnectionPool(self.config.host, self._ssl_context, CONNECTIONS, self.config.write_fence)
+            self._pool = ConnectionPool(self.config.host, self._ssl_context, CONNECTIONS, self.config.write_fence,
+                                        server_name=self.config.server_name,
+                                        proxy=proxy_for(self.config.host, self.config.proxy_url))
         return self._pool
 
-    def _rotate_client_certificate(self) -> None:
-        """New connections present a rotated client certificate; pooled ones are closed (client-go
-        CloseAll()s its dialer), so requests in flight on them fail and are retried by their callers."""
-        context = self._rotation.rotated(monotonic()) if self._rotation is not None else None
-        if context is None:
+    def _rotate_tls_files(self) -> None:
+        """New connections present a rotated client certificate and trust a rotated CA. For a new
+        certificate pooled connections are closed (client-go CloseAll()s its dialer), so requests in
+        flight on them fail and are retried by their callers; for a new CA only idle ones, as client-go."""
+        rotated = self._rotation.rotated(monotonic()) if self._rotation is not None else None
+        if rotated is None:
             return
-        self._ssl_context = context
+        self._ssl_context = rotated.context
         if self._pool is not None:
-            self._pool.use_tls(context)
+            self._pool.use_tls(rotated.context, close_busy=rotated.client_certificate)
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -98,6 +101,9 @@ class RestClient:
         self._limiter = client_rate_limiter(config.qps, config.burst)  # None: not limited
         agent = config.user_agent or f"pykcm/{__version__}"
         self.user_agent = f"{agent}/{name}" if name else agent
+        self._impersonation: dict[str, list[str]] = {}  # each Impersonate-* header with its values
+        for header, value in config.impersonate:
+            self._impersonation.setdefault(header, []).append(value)
 
     def named(self, name: str, qps: float | None = None, burst: int | None = None) -> RestClient:
         """A client of its own for one user of the API (a controller, the shared informers, leader
@@ -110,13 +116,15 @@ class RestClient:
 
     # -- raw requests ---------------------------------------------------------------------------------
 
-    def _headers(self, accept: str, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": accept, "User-Agent": self.user_agent}
+    def _headers(self, accept: str, content_type: str | None) -> dict[str, str | list[str]]:
+        headers: dict[str, str | list[str]] = {"Accept": accept, "User-Agent": self.user_agent}
         if content_type:
             headers["Content-Type"] = content_type
         token = self.config.token_source()
         if token:
             headers["Authorization"] = token
+        if self.config.impersonate:
+            headers.update(self._impersonation)
         return headers
 
     async def request(
@@ -175,7 +183,12 @@ class RestClient:
                 if "json" in resp.headers.get("content-type", ""):
                     return orjson.loads(resp.body)
                 return resp.body.decode(errors="replace")
+            self._refused(resp.status)
             raise error_from_status(resp.status, _decode(resp.body))
+
+    def _refused(self, status: int) -> None:
+        if status == 401 and self.config.on_unauthorized is not None:  # the token is bad: ask for a new one
+            self.config.on_unauthorized()
 
     @staticmethod
     def _count(attempt: int, code: str, method: str, host: str) -> None:
@@ -274,6 +287,7 @@ class RestClient:
             finally:
                 resp.close()
             if not await self._retry_after(attempt, "GET", target, status=resp.status, headers=resp.headers):
+                self._refused(resp.status)
                 raise error_from_status(resp.status, decode_status(body) if body[:4] == MAGIC else _decode(body))
 
     # -- typed helpers over Resource ------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pykcm.client import rest
 from pykcm.client.config import ClientConfig, tls_context
 from pykcm.client.rest import RestClient
 from pykcm.testenv.certs import Pki, ensure_pki
+from tests.support import loopback_server
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +37,8 @@ async def mtls_server(pki: Pki) -> AsyncIterator[str]:
     ctx.load_cert_chain(pki.apiserver_cert, pki.apiserver_key)
     ctx.load_verify_locations(cafile=pki.ca_cert)
     ctx.verify_mode = ssl.CERT_REQUIRED
-    app = web.Application()
-    app.router.add_get("/whoami", whoami)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
-    await site.start()
-    yield f"https://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-    await runner.cleanup()
+    async with loopback_server(whoami, ctx) as url:
+        yield url
 
 
 def client_for(server: str, pki: Pki, cert: Path, key: Path) -> RestClient:
@@ -92,3 +87,30 @@ async def test_a_half_written_pair_keeps_the_old_one(
         assert (await client.request("GET", "/whoami"))["cn"] == "system:kube-controller-manager"
     finally:
         await client.close()
+
+
+async def test_a_rotated_ca_file_is_trusted_after_the_next_check(
+    pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # KCM 1.36 re-reads its CA file (ClientsAllowCARotation, beta and on), a pod's ca.crt included.
+    now = [1000.0]
+    monkeypatch.setattr(rest, "monotonic", lambda: now[0])
+    new_pki = ensure_pki(tmp_path / "new-pki")  # the cluster's new CA, and the apiserver's certificate from it
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(new_pki.apiserver_cert, new_pki.apiserver_key)
+    ca = tmp_path / "ca.crt"
+    shutil.copy(pki.ca_cert, ca)  # still the old CA
+    async with loopback_server(hello, ctx) as server:
+        client = RestClient(ClientConfig(host=server, ssl_context=tls_context(str(ca)), ca_file=str(ca)))
+        try:
+            with pytest.raises(rest.TransportError, match="CERTIFICATE_VERIFY_FAILED"):
+                await client.request("GET", "/hello")
+            shutil.copy(new_pki.ca_cert, ca)
+            now[0] += rest.CLIENT_CERT_REFRESH
+            assert await client.request("GET", "/hello") == {}
+        finally:
+            await client.close()

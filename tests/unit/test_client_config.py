@@ -189,3 +189,37 @@ def test_an_exec_plugins_token_is_refreshed_off_the_callers_thread(tmp_path, mon
     while config.token_source() == first and time.monotonic() < deadline:
         time.sleep(0.05)
     assert config.token_source() == f"Bearer token-{int(first.removeprefix('Bearer token-')) + 1}"
+
+
+def test_a_quoted_false_is_not_a_boolean(tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443",
+                                               "insecure-skip-tls-verify": "false"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x",
+    }))
+    with pytest.raises(ConfigError, match=r"cluster 'c': 'insecure-skip-tls-verify' must be a boolean, not a string"):
+        load_config(str(path))  # Python's truthiness read "false" as true: no TLS verification
+
+
+@pytest.mark.parametrize("master", [None, "http://127.0.0.1:8080"])
+def test_credentials_never_go_over_plain_http(tmp_path, master):
+    server = "http://127.0.0.1:8080" if master is None else "https://127.0.0.1:6443"
+    user = {"token": "s3cret", "as": "jane"}
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x",
+    }))
+    config = load_config(str(path), master=master)
+    assert config.host == "http://127.0.0.1:8080"
+    assert config.token_source() is None and config.impersonate == ()
+
+
+def test_a_failing_exec_plugin_stops_the_start_in_one_line(tmp_path):
+    user = {"exec": {"command": str(tmp_path / "missing-plugin"), "apiVersion": "client.authentication.k8s.io/v1"}}
+    with pytest.raises(ConfigError, match=r"^getting credentials: ") as err:
+        load_config(write_kubeconfig(tmp_path, user))
+    assert "\n" not in str(err.value)

@@ -6,7 +6,7 @@ import time
 
 from pykcm.app import clientbuilder
 from pykcm.client.config import ClientConfig
-from pykcm.client.errors import ServiceUnavailable
+from pykcm.client.errors import NotFound, ServiceUnavailable
 from pykcm.client.rest import RestClient
 
 
@@ -18,8 +18,20 @@ class FakeRoot(RestClient):
         self.lifetime = lifetime
         self.fail_first = fail_first
         self.issued = 0
+        self.accounts = {"replicaset-controller"}
+        self.calls: list[tuple[str, str]] = []
 
     async def request(self, method, path, **kw):
+        self.calls.append((method, path))
+        if method == "GET" and "/serviceaccounts/" in path:  # the builder checks its account first
+            if path.rsplit("/", 1)[1] not in self.accounts:
+                raise NotFound(404, "NotFound", "serviceaccounts not found")
+            return {}
+        if method == "GET" and path == "/api/v1/namespaces/kube-system":
+            return {}
+        if method == "POST" and path.endswith("/serviceaccounts"):
+            self.accounts.add(kw["body"]["metadata"]["name"])
+            return kw["body"]
         assert method == "POST" and path.endswith("/serviceaccounts/replicaset-controller/token")
         assert kw["body"]["spec"]["expirationSeconds"] == clientbuilder.TOKEN_LIFETIME
         if self.fail_first:
@@ -67,7 +79,7 @@ class MalformedOnce(FakeRoot):
         self.malformed = False
 
     async def request(self, method, path, **kw):
-        if self.issued == 1 and not self.malformed:
+        if self.issued == 1 and not self.malformed and path.endswith("/token"):
             self.malformed = True
             return {"kind": "TokenRequest"}
         return await super().request(method, path, **kw)
@@ -96,3 +108,22 @@ async def test_a_clock_ahead_of_the_apiservers_does_not_make_renewals_spin(monke
     assert 3 <= root.issued <= 7
     warnings = [r for r in caplog.records if "clock ahead" in r.getMessage()]
     assert len(warnings) == 1
+
+
+async def test_a_refused_token_is_replaced_at_once_and_a_deleted_account_created_again(monkeypatch):
+    # KCM's token source is reset by a 401 and gets (or creates) the account before every TokenRequest:
+    # a deleted account, or a rotated signing key, no longer leaves the controller Unauthorized for good.
+    monkeypatch.setattr(clientbuilder, "REFUSED_RENEW_AFTER", 0.05)
+    root = FakeRoot(lifetime=3600)
+    builder = clientbuilder.ServiceAccountClientBuilder(root)
+    client = await builder.client_for("replicaset-controller", 5, 10)
+    root.accounts.clear()  # the account is deleted: its tokens are refused
+    client.config.on_unauthorized()  # what a 401 to one of the controller's requests does
+    for _ in range(100):
+        if root.issued == 2:
+            break
+        await asyncio.sleep(0.01)
+    await builder.close()
+    assert root.issued == 2 and "replicaset-controller" in root.accounts
+    assert client.config.token_source() == "Bearer t2"
+    assert ("POST", "/api/v1/namespaces/kube-system/serviceaccounts") in root.calls

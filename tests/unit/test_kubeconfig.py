@@ -99,17 +99,68 @@ def test_context_is_chosen_by_name(tmp_path: Path) -> None:
             {"exec": {"command": "get-token", "apiVersion": "client.authentication.k8s.io/v1"}},
         ),
         ({"server": "https://h:1"}, {"auth-provider": {"name": "oidc", "config": {}}}),
-        ({"server": "https://h:1"}, {"username": "a", "password": "b"}),
-        ({"server": "https://h:1", "proxy-url": "http://proxy:3128"}, {}),
-        ({"server": "https://h:1", "tls-server-name": "api"}, {}),
-        ({"server": "https://h:1", "certificate-authority": "missing.crt"}, {}),
-        ({"server": "https://h:1", "certificate-authority-data": "not base64!"}, {}),
-        ({"server": "https://h:1"}, {"client-certificate-data": b64(PEM)}),  # a certificate without its key
         ({}, {"token": "t"}),
     ],
 )
 def test_leaves_the_rest_to_the_package(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any]) -> None:
     assert simple_kubeconfig(write(tmp_path, cluster, user)) is None
+
+
+@pytest.mark.parametrize(
+    ("cluster", "user", "message"),
+    [
+        ({"server": "https://h:1", "certificate-authority": "missing.crt"}, {},
+         "unable to read certificate-authority missing.crt for c due to No such file or directory"),
+        ({"server": "https://h:1", "certificate-authority-data": "not base64!"}, {}, "Only base64 data is allowed"),
+        ({"server": "https://h:1"}, {"client-certificate-data": b64(PEM)},
+         "client-key-data or client-key must be specified for u to use the clientCert authentication method."),
+        ({"server": "https://h:1", "certificate-authority-data": b64(PEM), "certificate-authority": "ca.crt"}, {},
+         "certificate-authority-data and certificate-authority are both specified for c. "
+         "certificate-authority-data will override."),
+        ({"server": "https://h:1", "certificate-authority-data": b64(PEM), "insecure-skip-tls-verify": True}, {},
+         "specifying a root certificates file with the insecure flag is not allowed"),
+        ({"server": "https://h:1"}, {"token": "t", "username": "a", "password": "b"},
+         "more than one authentication method found for u; found [token basicAuth], only one is allowed"),
+        ({"server": "https://h:1"}, {"tokenFile": "empty"}, 'read empty token from file "'),
+    ],
+)
+def test_what_client_go_refuses_is_one_line(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any],
+                                            message: str) -> None:
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(kubeconfig.KubeconfigError) as err:
+        simple_kubeconfig(write(tmp_path, cluster, user))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_token_file_wins_over_the_token_and_the_token_stands_in_when_it_cannot_be_read(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("from-file")
+    creds = simple_kubeconfig(write(tmp_path, {"server": "https://h:1"}, {"token": "inline", "tokenFile": "token"}))
+    assert creds is not None and creds.token_source() == "Bearer from-file"
+    creds = simple_kubeconfig(write(tmp_path, {"server": "https://h:1"}, {"token": "inline", "tokenFile": "gone"}))
+    assert creds is not None and creds.token_source() == "Bearer inline"
+
+
+def test_server_name_proxy_basic_auth_and_impersonation_are_read(tmp_path: Path) -> None:
+    cluster = {"server": "https://10.0.0.1:6443", "tls-server-name": "kubernetes", "proxy-url": "http://p:3128",
+               "disable-compression": True}
+    user = {"username": "a", "password": "b", "as": "jane", "as-uid": "42", "as-groups": ["g1", "g2"],
+            "as-user-extra": {"scopes/x%y": ["v1", "v2"]}}
+    creds = simple_kubeconfig(write(tmp_path, cluster, user))
+    assert creds is not None
+    assert (creds.server_name, creds.proxy_url) == ("kubernetes", "http://p:3128")
+    assert creds.token_source() == "Basic " + b64(b"a:b")
+    assert creds.impersonate == (
+        ("Impersonate-User", "jane"), ("Impersonate-Uid", "42"), ("Impersonate-Group", "g1"),
+        ("Impersonate-Group", "g2"), ("Impersonate-Extra-scopes%2Fx%25y", "v1"),
+        ("Impersonate-Extra-scopes%2Fx%25y", "v2"),
+    )
+
+
+def test_master_stands_in_for_a_cluster_without_a_server(tmp_path: Path) -> None:
+    f = files(tmp_path)
+    creds = simple_kubeconfig(write(tmp_path, {"certificate-authority": f["ca"]}, {"token": "t"}),
+                              master="https://10.0.0.9:6443")
+    assert creds is not None and creds.ca_file == str(tmp_path / "pki" / "ca.crt")
 
 
 @pytest.mark.parametrize("content", ["", "not: [valid", "- a list", "current-context: missing\ncontexts: []\n"])

@@ -236,3 +236,17 @@ async def test_a_watch_whose_connection_broke_before_its_head_is_sent_again() ->
         finally:
             await api.close()
     assert len(arrivals) == 2 and arrivals[1] - arrivals[0] >= 0.95
+
+
+async def test_a_401_tells_the_token_source_and_is_not_retried() -> None:
+    refused: list[int] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return answer(401, {})
+
+    async with loopback_server(handle) as url:
+        api = RestClient(ClientConfig(host=url, ssl_context=None, on_unauthorized=lambda: refused.append(1)))
+        with pytest.raises(ApiError) as err:
+            await api.request("GET", PATH)
+        await api.close()
+    assert err.value.code == 401 and refused == [1]
