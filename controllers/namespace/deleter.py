@@ -286,7 +286,7 @@ class NamespacedResourcesDeleter:
             found = await self.client.list(gvr.as_resource(), namespace=namespace, accept=PARTIAL_METADATA_LIST)
         except (MethodNotSupported, NotFound):
             return [], False
-        return found.get("items") or [], True
+        return (found.get("items") if isinstance(found, dict) else None) or [], True
 
     async def _delete_each_item(self, gvr: GroupVersionResource, namespace: str) -> None:
         items, listed = await self._list_collection(gvr, namespace)
@@ -294,9 +294,8 @@ class NamespacedResourcesDeleter:
             return
         for item in items:
             try:
-                await self.client.delete(
-                    gvr.as_resource(), item["metadata"]["name"], namespace, body=BACKGROUND, accept=PARTIAL_METADATA
-                )
+                await self.client.delete(gvr.as_resource(), item.get("metadata", {}).get("name", ""), namespace,
+                                         body=BACKGROUND, accept=PARTIAL_METADATA)
             except (NotFound, MethodNotSupported):
                 continue
 

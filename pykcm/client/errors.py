@@ -72,6 +72,50 @@ def error_from_status(code: int, status: dict[str, Any] | None) -> ApiError:
     return cls(code, reason, status.get("message", ""), status)
 
 
+# apimachinery's NewGenericServerResponse: what an error answer that is no Status says, by code.
+_GENERIC: dict[int, tuple[str, str]] = {
+    400: ("BadRequest", "the server rejected our request for an unknown reason"),
+    401: ("Unauthorized", "the server has asked for the client to provide credentials"),
+    404: ("NotFound", "the server could not find the requested resource"),
+    405: ("MethodNotAllowed", "the server does not allow this method on the requested resource"),
+    409: ("Conflict", "the server reported a conflict"),
+    422: ("Invalid", "the server rejected our request due to an error in our request"),
+    429: ("TooManyRequests", "the server has received too many requests and has asked us to try again later"),
+    503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+    504: ("Timeout", "the server was unable to return a response in the time allotted, but may still be processing "
+                     "the request"),
+}
+UNEXPECTED_SERVER_RESPONSE_CAUSE = "UnexpectedServerResponse"
+
+
+def generic_server_response(code: int, verb: str, server_message: str) -> ApiError:
+    """The error client-go makes of an error answer that is no Status (a proxy's page, a plain text):
+    `server_message` is the answer's text when it is text/plain (or has no type), else "unknown"."""
+    reason, message = _GENERIC.get(code, ("", f"the server responded with the status code {code} but did not "
+                                              "return more information"))
+    if code == 409 and verb == "POST":
+        reason = "AlreadyExists"
+    elif code in (403, 415) or (code == 406 and server_message not in ("", "unknown")):
+        reason = {403: "Forbidden", 406: "NotAcceptable", 415: "UnsupportedMediaType"}[code]
+        message = server_message  # who may do what, or which types are acceptable
+    elif code == 406:
+        reason = "NotAcceptable"
+        message = "the server was unable to respond with a content type that the client supports"
+    elif code >= 500 and code not in _GENERIC:
+        reason, message = "InternalError", f"an error on the server ({_go_quote(server_message)}) has prevented the " \
+                                           "request from succeeding"
+    cause = {"reason": UNEXPECTED_SERVER_RESPONSE_CAUSE, "message": server_message}
+    status = {"kind": "Status", "status": "Failure", "code": code, "reason": reason or "Unknown", "message": message,
+              "details": {"causes": [cause]}}
+    return error_from_status(code, status)
+
+
+def _go_quote(text: str) -> str:
+    """Go's %q for the common case: double quotes, backslashes and control characters escaped."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
 def is_already_exists(err: BaseException) -> bool:
     return isinstance(err, AlreadyExists)
 
@@ -84,4 +128,5 @@ NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
 
 
 class TransportError(Exception):
-    """The API server could not be reached or the connection broke (no HTTP status)."""
+    """No answer to use: the API server could not be reached, the connection broke (no HTTP status),
+    or a success answer could not be decoded (client-go's "serializer for ... doesn't exist")."""

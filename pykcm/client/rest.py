@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
 from time import monotonic
@@ -15,7 +16,7 @@ from pykcm import __version__
 from pykcm.client import metrics, retry
 from pykcm.client.certrotation import CLIENT_CERT_REFRESH, TLSFileRotation
 from pykcm.client.config import ClientConfig
-from pykcm.client.errors import TransportError, error_from_status
+from pykcm.client.errors import ApiError, TransportError, error_from_status, generic_server_response
 from pykcm.client.fence import FencedWrite, sending
 from pykcm.client.http import ConnectionPool, Stream, Timeout
 from pykcm.client.httpconnection import HTTPError
@@ -178,13 +179,9 @@ class RestClient:
                 continue
             metrics.response_size_by(method, host).observe(len(resp.body))  # the answer the caller gets
             if resp.status < 300:
-                if not resp.body:
-                    return None
-                if "json" in resp.headers.get("content-type", ""):
-                    return orjson.loads(resp.body)
-                return resp.body.decode(errors="replace")
+                return _success_body(method, path, accept, resp.headers.get("content-type", ""), resp.body)
             self._refused(resp.status)
-            raise error_from_status(resp.status, _decode(resp.body))
+            raise response_error(method, resp.status, resp.headers, resp.body)
 
     def _refused(self, status: int) -> None:
         if status == 401 and self.config.on_unauthorized is not None:  # the token is bad: ask for a new one
@@ -288,7 +285,7 @@ class RestClient:
                 resp.close()
             if not await self._retry_after(attempt, "GET", target, status=resp.status, headers=resp.headers):
                 self._refused(resp.status)
-                raise error_from_status(resp.status, decode_status(body) if body[:4] == MAGIC else _decode(body))
+                raise response_error("GET", resp.status, resp.headers, body)
 
     # -- typed helpers over Resource ------------------------------------------------------------------
 
@@ -348,12 +345,38 @@ def _query(params: dict[str, Any] | None) -> dict[str, str] | None:
     return out
 
 
-def _decode(raw: bytes) -> dict[str, Any] | None:
+def _success_body(method: str, path: str, accept: str, content_type: str, body: bytes) -> Any:
+    """A 2xx answer's body: decoded JSON where JSON was asked for, as text where text was; an answer
+    that cannot be decoded as asked is the caller's TransportError, as client-go's decode error."""
+    if not body:
+        return None
+    if "json" not in accept:
+        return body.decode(errors="replace")
+    if "json" not in content_type:
+        raise TransportError(f"{method} {path}: serializer for {content_type or 'an answer without a type'} "
+                             "doesn't exist")
     try:
-        decoded = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {"kind": "Status", "message": raw.decode(errors="replace").strip()[:500]}
-    return decoded if isinstance(decoded, dict) else None
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise TransportError(f"{method} {path}: the answer is not JSON: {err}") from None
+
+
+def response_error(method: str, code: int, headers: Mapping[str, str], body: bytes) -> ApiError:
+    """The error an error answer stands for: its Status (JSON or protobuf), else client-go's generic
+    error for the code, with the answer's text when it is text (no Status: a proxy's, a webhook's)."""
+    if body[:4] == MAGIC:
+        return error_from_status(code, decode_status(body))
+    with contextlib.suppress(orjson.JSONDecodeError):
+        status = orjson.loads(body)
+        if isinstance(status, dict) and status.get("kind") == "Status":
+            return error_from_status(code, status)
+    content_type = headers.get("content-type", "")
+    text = not content_type or content_type.split(";")[0].strip().lower().startswith("text/")
+    message = body[:MAX_UNSTRUCTURED_TEXT].decode(errors="replace").strip() if text else "unknown"
+    return generic_server_response(code, method, message)
+
+
+MAX_UNSTRUCTURED_TEXT = 2048  # client-go's cap on an error answer's text
 
 
 class _ThrottleLog:

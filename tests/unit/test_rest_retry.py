@@ -250,3 +250,39 @@ async def test_a_401_tells_the_token_source_and_is_not_retried() -> None:
             await api.request("GET", PATH)
         await api.close()
     assert err.value.code == 401 and refused == [1]
+
+
+async def test_a_success_answer_that_is_not_json_is_an_error_not_a_string() -> None:
+    # A type served by a broken aggregated API: client-go's decode error, which the namespace
+    # deleter counts against that type alone, where a string stopped the whole pass.
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="hello", content_type="text/plain")
+
+    async with loopback_server(handle) as url:
+        api = RestClient(ClientConfig(host=url, ssl_context=None))
+        with pytest.raises(TransportError, match="serializer for text/plain; charset=utf-8 doesn't exist"):
+            await api.request("GET", PATH)
+        assert await api.request("GET", PATH, accept="text/plain") == "hello"
+        await api.close()
+
+
+@pytest.mark.parametrize(("code", "body", "content_type", "message"), [
+    (500, "backend exploded", "text/plain",
+     'an error on the server ("backend exploded") has prevented the request from succeeding'),
+    (503, "nope", "text/plain", "the server is currently unable to handle the request"),
+    (500, '{"error": "x"}', "application/json", 'an error on the server ("unknown") has prevented the request from '
+                                                "succeeding"),
+    (418, "", "text/plain", "the server responded with the status code 418 but did not return more information"),
+    (403, "no way", "text/plain", "no way"),
+])
+async def test_an_error_answer_that_is_no_status_reads_as_client_gos(code: int, body: str, content_type: str,
+                                                                      message: str) -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=code, text=body, content_type=content_type)
+
+    async with loopback_server(handle) as url:
+        api = RestClient(ClientConfig(host=url, ssl_context=None))
+        with pytest.raises(ApiError) as err:
+            await api.request("GET", PATH)
+        await api.close()
+    assert err.value.code == code and err.value.message == message
