@@ -138,9 +138,11 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest
 
 @pytest.fixture(scope="module")
 def own_plane(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    """A control plane of the module's own, for tests that stop, restart or break it."""
+    """A control plane of the module's own, for tests that stop, restart or break it, or that need
+    the apiserver started with the module's `APISERVER_ARGS` (a feature gate off, say)."""
     name = request.module.__name__.rsplit(".", 1)[-1]
-    with running(tmp_path_factory.mktemp(f"{name}-plane"), log=lambda _msg: None) as plane:
+    args = list(getattr(request.module, "APISERVER_ARGS", ()))
+    with running(tmp_path_factory.mktemp(f"{name}-plane"), apiserver_args=args, log=lambda _msg: None) as plane:
         yield plane
 
 

@@ -9,6 +9,11 @@ KCM's pkg/controller/replicaset/replica_set.go (v1.36), top to bottom:
    observes a creation, a pod delete (or deletionTimestamp) observes a deletion.
 3. `sync` (syncReplicaSet): stale-cache check, read the RS from the cache, claim pods
    (adopt/release), create or delete pods if expectations are satisfied, write status.
+
+KCM's feature gates it reads (`--feature-gates`, Options.feature_enabled), all on by default:
+StaleControllerConsistencyReplicaSet (off: no stale-cache check, no write recorded),
+DeploymentReplicaSetTerminatingReplicas (off: terminating pods not counted, status.terminatingReplicas
+left unset) and PodDeletionCost (off: the pod-deletion-cost annotation does not rank pods for deletion).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Sequence
 from pykcm.client.errors import NAMESPACE_TERMINATING_CAUSE, ApiError, NotFound
 from pykcm.client.resources import PODS, REPLICASETS
 from pykcm.controller import Controller, ControllerContext, RequeueAfter
-from pykcm.controller.consistency import ConsistencyStore, StaleCacheError
+from pykcm.controller.consistency import ConsistencyStore, NoopConsistencyStore, StaleCacheError
 from pykcm.controller.controllerref import (
     POD_CONTROLLER_INDEX,
     PodControllerRefManager,
@@ -90,9 +95,13 @@ class ReplicaSetController(Controller):
         )
         self._selectors: dict[str, tuple[int, Selector | str]] = {}  # by RS uid: selector or error
         self.expectations = ControllerExpectations()
-        self.consistency = ConsistencyStore(
-            {REPLICASETS: self.replica_sets.last_sync_resource_version, PODS: self.pods.last_sync_resource_version}
-        )
+        self.consistency = NoopConsistencyStore()
+        if self.options.feature_enabled("StaleControllerConsistencyReplicaSet"):
+            self.consistency = ConsistencyStore(
+                {REPLICASETS: self.replica_sets.last_sync_resource_version, PODS: self.pods.last_sync_resource_version}
+            )
+        self.count_terminating = self.options.feature_enabled("DeploymentReplicaSetTerminatingReplicas")
+        self.use_deletion_cost = self.options.feature_enabled("PodDeletionCost")
         self.pod_control = PodControl(self.client, self.events, on_write=self.pod_written)
         self.replica_sets.add_event_handler(on_add=self.rs_added, on_update=self.rs_updated, on_delete=self.rs_deleted)
         self.pods.add_event_handler(on_add=self.pod_added, on_update=self.pod_updated, on_delete=self.pod_deleted)
@@ -303,7 +312,9 @@ class ReplicaSetController(Controller):
             return
         all_pods = pods_by_owner(self.pods.indexer, rs, KIND, include_orphans=True)
         active = await self.claim_pods(rs, selector, [p for p in all_pods if is_pod_active(p)])
-        terminating = filter_claimed_pods(rs, selector, [p for p in all_pods if is_pod_terminating(p)])
+        terminating = None  # the gate off: status.terminatingReplicas unset
+        if self.count_terminating:
+            terminating = filter_claimed_pods(rs, selector, [p for p in all_pods if is_pod_terminating(p)])
 
         manage_error = None
         if needs_sync and rs["metadata"].get("deletionTimestamp") is None:
@@ -396,7 +407,7 @@ class ReplicaSetController(Controller):
     async def delete_replicas(self, rs: Obj, active: Sequence[Obj], count: int) -> BaseException | None:
         key = object_key(rs)
         self.log.v(2).info("Too many replicas", replicaSet=key, need=spec_replicas(rs), deleting=count)
-        victims = pods_to_delete(active, self.related_pods(rs), count)
+        victims = pods_to_delete(active, self.related_pods(rs), count, use_deletion_cost=self.use_deletion_cost)
         # Expect these exact pods, so "deletionTimestamp set" and "deleted" count once each.
         self.expectations.expect_deletions(key, [pod_key(p) for p in victims])
         errors = await asyncio.gather(*(self.delete_one(rs, key, pod) for pod in victims))

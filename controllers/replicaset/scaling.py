@@ -58,12 +58,17 @@ def ranks_by_colocated_related_pods(pods: Sequence[Obj], related: Iterable[Obj])
     return [on_node.get((p.get("spec") or {}).get("nodeName", ""), 0) for p in pods]
 
 
-def pods_to_delete(active: Sequence[Obj], related: Iterable[Obj], count: int, now: float | None = None) -> list[Obj]:
-    """The `count` pods to delete; all of them, unsorted, if `count` covers every pod."""
+def pods_to_delete(
+    active: Sequence[Obj], related: Iterable[Obj], count: int, now: float | None = None, *,
+    use_deletion_cost: bool = True,
+) -> list[Obj]:
+    """The `count` pods to delete; all of them, unsorted, if `count` covers every pod. `use_deletion_cost`
+    False (KCM's PodDeletionCost gate off) leaves the pod-deletion-cost annotation out of the ranking."""
     if count >= len(active):
         return list(active)[:count]
     now = time.time() if now is None else now
-    ranked = sort_for_deletion(active, ranks_by_colocated_related_pods(active, related), now)
+    ranks = ranks_by_colocated_related_pods(active, related)
+    ranked = sort_for_deletion(active, ranks, now, use_deletion_cost=use_deletion_cost)
     _report_deletion_age_ratio(ranked, count, now)
     return ranked[:count]
 

@@ -5,7 +5,10 @@ carrying every template label (fullyLabeledReplicas), Ready ones, available ones
 minReadySeconds) and terminating ones, and sets or clears the `ReplicaFailure` condition after
 a failed or successful manageReplicas. `update_status` skips the write when nothing changed
 and the generation was already observed; otherwise it PUTs `/status` and retries once after a
-fresh GET.
+fresh GET. With KCM's DeploymentReplicaSetTerminatingReplicas gate off, terminating pods are not
+counted: terminatingReplicas is left unset, and an apiserver with that gate off, which drops the
+field, keeps answering a status the comparison finds unchanged (unset on both sides, as KCM's
+ptr.Equal of two nil pointers).
 """
 
 from __future__ import annotations
@@ -135,11 +138,12 @@ def _log_status_change(log: Logger, rs: Obj, new: Status) -> None:
     old = rs.get("status") or {}
     meta = rs["metadata"]
     changes = {k: f"{old.get(k, 0)}->{new.get(k, 0)}" for k in _COUNTS}
+    if "terminatingReplicas" in new:  # counted: DeploymentReplicaSetTerminatingReplicas on, as KCM logs it
+        changes["terminatingReplicas"] = f"{old.get('terminatingReplicas')}->{new['terminatingReplicas']}"
     logger.info(
         "Updating status",
         replicaSet=f"{meta['namespace']}/{meta['name']}",
         need=spec_replicas(rs),
-        terminatingReplicas=f"{old.get('terminatingReplicas')}->{new.get('terminatingReplicas')}",
         observedGeneration=f"{old.get('observedGeneration', 0)}->{new.get('observedGeneration', 0)}",
         **changes,
     )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pykcm import __version__
-from pykcm.app import eventloop, flagz, kcmflags, stackdump
+from pykcm.app import eventloop, featuregates, flagz, kcmflags, stackdump
 from pykcm.app.configz import canonical_controllers
 from pykcm.app.options import (
     Options,
@@ -64,6 +64,13 @@ def _duration(flag: str, text: str) -> float:
         raise typer.BadParameter(str(err), param_hint=flag) from None
 
 
+def _feature_gates(text: str) -> dict[str, bool]:
+    try:
+        return featuregates.parse(text)
+    except featuregates.FeatureGateError as err:
+        raise UsageError(f"--feature-gates: {err}") from None
+
+
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"pykcm {__version__}")
@@ -103,6 +110,7 @@ def run(
     authentication_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create tokenreviews; defaults to the main credentials.")] = None,
     authorization_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create subjectaccessreviews; defaults to the main credentials.")] = None,
     authorization_always_allow_paths: Annotated[str, typer.Option(help="Comma-separated HTTP paths served without authorization (exact, or prefix ending in '*').")] = ",".join(_defaults.authorization_always_allow_paths),
+    feature_gates: Annotated[str, typer.Option(help=featuregates.HELP)] = "",
     profiling: Annotated[bool, typer.Option("--profiling/--no-profiling", help="Serve /debug/flags/v: PUT a number there to change -v while running, as KCM's --profiling (Go's /debug/pprof has no Python counterpart; SIGQUIT dumps the stacks). KCM's --profiling=false also works.")] = _defaults.profiling,
     uvloop: Annotated[bool, typer.Option("--uvloop/--no-uvloop", help="Run on uvloop's event loop where it is installed (less CPU per request); --no-uvloop runs on asyncio's own.")] = _defaults.uvloop,
     verbosity: Annotated[int, typer.Option("-v", "--v", min=0, help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
@@ -145,6 +153,7 @@ def run(
         profiling=profiling,
         uvloop=uvloop,
         flagz=flagz.flag_values(ctx.command.params, ctx.params),
+        feature_gates=_feature_gates(feature_gates),
     )
     try:
         options.validate()
@@ -157,8 +166,12 @@ def run(
 
     from pykcm.controller import discover_controllers
 
-    if ignored := (ctx.obj or {}).get("kcm_ignored"):
-        log.warning("Ignoring kube-controller-manager flags for what pykcm does not run or serve", flags=ignored)
+    for gate, value in featuregates.ga_settings(options.feature_gates):
+        log.info("Warning: setting GA feature gate. It will be removed in a future release.",
+                 featureGate=gate, value=value)
+    ignored = {"flags": (ctx.obj or {}).get("kcm_ignored"), "featureGates": featuregates.ignored(options.feature_gates)}
+    if ignored := {key: names for key, names in ignored.items() if names}:
+        log.warning("Ignoring kube-controller-manager flags for what pykcm does not run or serve", **ignored)
     registry = discover_controllers()
     ours = {name for info in registry.values() for name in (info.name, *info.aliases)}
     options.controllers, left = kcmflags.left_to_kcm(options.controllers, ours)
@@ -346,9 +359,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 # KCM's boolean flags (pflag) take `--flag`, `--flag=true` and `--flag=false`; typer's flag pairs
 # take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working,
 # as does splitting pflag's `-v=4`, which click would read as the value "=4", and joining the
-# repeats of a list flag, which pflag appends where click keeps the last.
+# repeats of a list flag, which pflag appends where click keeps the last (--feature-gates' too).
 _GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials", "--profiling")
-_GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths", "--tls-cipher-suites")
+_GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths", "--tls-cipher-suites", "--feature-gates")
 
 
 def _translate_pflag_forms(argv: list[str]) -> list[str]:

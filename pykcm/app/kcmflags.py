@@ -38,7 +38,7 @@ IGNORED_VALUE_FLAGS = _words("""
 --concurrent-ttl-after-finished-syncs --concurrent-validating-admission-policy-status-syncs
 --controller-start-interval --disabled-metrics --emulated-version
 --endpoint-updates-batch-period --endpointslice-updates-batch-period --external-cloud-volume-plugin
---feature-gates --flex-volume-plugin-dir --horizontal-pod-autoscaler-cpu-initialization-period
+--flex-volume-plugin-dir --horizontal-pod-autoscaler-cpu-initialization-period
 --horizontal-pod-autoscaler-downscale-stabilization --horizontal-pod-autoscaler-initial-readiness-delay
 --horizontal-pod-autoscaler-sync-period --horizontal-pod-autoscaler-tolerance
 --http2-max-streams-per-connection --large-cluster-size-threshold --leader-migration-config

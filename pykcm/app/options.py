@@ -1,4 +1,4 @@
-"""Command-line values turned into validated options: Go durations, the --controllers list."""
+"""Command-line values turned into validated options: Go durations, the --controllers list, feature gates."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pykcm.app import featuregates
 from pykcm.client.protobuf import PROTOBUF
 from pykcm.client.rest import JSON
 from pykcm.serving.tlspolicy import tls_policy
@@ -97,17 +98,13 @@ LEASES_RESOURCE_LOCK = "leases"  # the only lock KCM still has; endpoints/config
 LEADER_ELECTION_JITTER = 1.2  # client-go's JitterFactor: renew deadline must exceed retry period x this
 DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
 
-_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
-_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
-
 
 def parse_bool(text: str) -> bool:
     """Go's strconv.ParseBool, as pflag accepts it in `--leader-elect=false`."""
-    if text in _GO_TRUE:
-        return True
-    if text in _GO_FALSE:
-        return False
-    raise OptionsError(f"invalid boolean {text!r} (use true or false)")
+    value = featuregates.go_bool(text)
+    if value is None:
+        raise OptionsError(f"invalid boolean {text!r} (use true or false)")
+    return value
 
 
 @dataclass
@@ -145,6 +142,8 @@ class Options:
     authorization_always_allow_paths: list[str] = field(default_factory=lambda: list(DEFAULT_ALWAYS_ALLOW_PATHS))
     profiling: bool = True  # KCM's default: /debug/flags/v is served (pykcm/serving/debugflags.py)
     flagz: dict[str, str] = field(default_factory=dict)  # every flag of the command line and its value, for /flagz
+    # --feature-gates: the gates set, by name (featuregates.parse); unset gates take KCM's defaults.
+    feature_gates: dict[str, bool] = field(default_factory=dict)
     # uvloop's event loop where it is installed (pykcm/app/eventloop.py); False: asyncio's own.
     uvloop: bool = True
 
@@ -168,6 +167,15 @@ class Options:
             raise OptionsError("--local starts its own control plane; do not combine it with --kubeconfig/--master")
         self._validate_leader_election()
         self._validate_serving()
+        try:
+            featuregates.validate(self.feature_gates)
+        except featuregates.FeatureGateError as err:
+            raise OptionsError(f"--feature-gates: {err}") from None
+
+    def feature_enabled(self, gate: str) -> bool:
+        """Whether KCM's feature gate `gate` (one of featuregates.GATES) is on, as KCM's
+        utilfeature.DefaultFeatureGate.Enabled answers it."""
+        return featuregates.enabled(self.feature_gates, gate)
 
     def _validate_leader_election(self) -> None:
         if self.leader_elect_resource_lock != LEASES_RESOURCE_LOCK:

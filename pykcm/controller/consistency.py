@@ -7,6 +7,9 @@ first checks that every informer involved has progressed to at least that resour
 if not, the sync is skipped with `StaleCacheError` and retried. Once the caches caught up the
 record is dropped.
 
+With the controller's gate off (KCM's StaleControllerConsistencyReplicaSet=false) the controller
+uses `NoopConsistencyStore`, as KCM's NewNoopConsistencyStore: nothing recorded, never stale.
+
 "Progressed" is the informer's `last_sync_resource_version()`: moved by list, event and bookmark
 resourceVersions once the cache and every handler have applied them, so it never runs ahead of
 the cache.
@@ -98,3 +101,13 @@ class ConsistencyStore:
 
     def __len__(self) -> int:
         return len(self._writes)
+
+
+class NoopConsistencyStore(ConsistencyStore):
+    """A store that records nothing and is always ready: the controller's feature gate is off."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+
+    def wrote_at(self, owner_key: str, owner_uid: str, resource: Resource, rv: str) -> None:
+        return

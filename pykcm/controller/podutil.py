@@ -186,7 +186,7 @@ def _newer_first(t1: float | None, t2: float | None, uid1: str, uid2: str, now: 
     return diff < 0
 
 
-def _less(a: Obj, b: Obj, rank_a: int, rank_b: int, now: float | None) -> bool:
+def _less(a: Obj, b: Obj, rank_a: int, rank_b: int, now: float | None, use_deletion_cost: bool = True) -> bool:
     """True if `a` should be deleted before `b` (ActivePodsWithRanks.Less); first differing rule wins."""
     node_a, node_b = (a.get("spec") or {}).get("nodeName", ""), (b.get("spec") or {}).get("nodeName", "")
     # 1. unscheduled before scheduled
@@ -200,10 +200,11 @@ def _less(a: Obj, b: Obj, rank_a: int, rank_b: int, now: float | None) -> bool:
     ready_a, ready_b = is_pod_ready(a), is_pod_ready(b)
     if ready_a != ready_b:
         return not ready_a
-    # 4. lower pod-deletion-cost first
-    cost_a, cost_b = deletion_cost(a), deletion_cost(b)
-    if cost_a != cost_b:
-        return cost_a < cost_b
+    # 4. lower pod-deletion-cost first (with KCM's PodDeletionCost gate on)
+    if use_deletion_cost:
+        cost_a, cost_b = deletion_cost(a), deletion_cost(b)
+        if cost_a != cost_b:
+            return cost_a < cost_b
     # 5. more co-located related pods first
     if rank_a != rank_b:
         return rank_a > rank_b
@@ -230,15 +231,18 @@ def _ready_time(pod: Obj) -> float | None:
     return parse_time(cond.get("lastTransitionTime")) if cond is not None else None
 
 
-def sort_for_deletion(pods: Sequence[Obj], ranks: Sequence[int], now: float | None) -> list[Obj]:
+def sort_for_deletion(
+    pods: Sequence[Obj], ranks: Sequence[int], now: float | None, *, use_deletion_cost: bool = True
+) -> list[Obj]:
     """`pods` ordered best-to-delete first. `ranks[i]` is the number of related active pods on
-    pod i's node; `now` enables the logarithmic age comparison (None compares exact times)."""
+    pod i's node; `now` enables the logarithmic age comparison (None compares exact times);
+    `use_deletion_cost` False leaves the pod-deletion-cost annotation out (KCM's PodDeletionCost off)."""
     indexed = list(range(len(pods)))
 
     def compare(i: int, j: int) -> int:
-        if _less(pods[i], pods[j], ranks[i], ranks[j], now):
+        if _less(pods[i], pods[j], ranks[i], ranks[j], now, use_deletion_cost):
             return -1
-        if _less(pods[j], pods[i], ranks[j], ranks[i], now):
+        if _less(pods[j], pods[i], ranks[j], ranks[i], now, use_deletion_cost):
             return 1
         return 0
 

@@ -141,11 +141,13 @@ def ready_status(seconds_ago: float = 3600) -> dict:
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, feature_gates: dict[str, bool] | None = None) -> None:
+        """`feature_gates` as `--feature-gates` sets them (Options.feature_gates)."""
         self.api = FakeApi()
         self.events = FakeEvents()
+        options = Options(feature_gates=dict(feature_gates or {}))
         ctx = ControllerContext(client=self.api, informers=SharedInformerFactory(self.api),  # type: ignore[arg-type]
-                                options=Options(), events=self.events)  # type: ignore[arg-type]
+                                options=options, events=self.events)  # type: ignore[arg-type]
         self.ctrl = ReplicaSetController(ctx)
         self.after: list[tuple[str, float]] = []
         original = self.ctrl.queue.add_after

@@ -204,11 +204,11 @@ def test_dash_h_and_version_work_as_kcms(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_kcm_flags_pykcm_does_not_act_on_are_taken_out_with_their_values() -> None:
     argv = ["run", "--allocate-node-cidrs", "--cluster-cidr", "10.244.0.0/16", "--contention-profiling=false",
-            "-v", "2", "--feature-gates=A=true", "--cluster-cidr=x", "--tls-curve-preferences", "23",
+            "-v", "2", "--vmodule=x=2", "--cluster-cidr=x", "--tls-curve-preferences", "23",
             "--tls-min-version", "VersionTLS13", "--", "--cluster-name"]
     kept, found = kcmflags.split_kcm_flags(argv)
     assert kept == ["run", "-v", "2", "--tls-min-version", "VersionTLS13", "--", "--cluster-name"]
-    assert found.ignored == ["--allocate-node-cidrs", "--cluster-cidr", "--contention-profiling", "--feature-gates"]
+    assert found.ignored == ["--allocate-node-cidrs", "--cluster-cidr", "--contention-profiling", "--vmodule"]
     assert found.refused == ["--tls-curve-preferences"]
 
 
