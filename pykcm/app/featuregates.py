@@ -8,8 +8,9 @@ known_features.go) whose code paths pykcm's controllers implement:
 
 - acted on: DeploymentReplicaSetTerminatingReplicas (status.terminatingReplicas),
   StaleControllerConsistencyReplicaSet (the stale-cache check), PodDeletionCost (the
-  pod-deletion-cost annotation in the scale-down ranking), all three beta and on, and AllBeta,
-  which sets every beta gate not set by name;
+  pod-deletion-cost annotation in the scale-down ranking), ComponentFlagz and ComponentStatusz
+  (component-base's: /flagz and /statusz served), all beta and on, and AllBeta, which sets every
+  beta gate not set by name;
 - locked to true (GA): LogarithmicScaleDown and OrderedNamespaceDeletion, which pykcm always
   does; setting one to false is refused, as KCM refuses it;
 - AtomicFIFO (client-go's informers, beta and on) only as StaleControllerConsistencyReplicaSet's
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 
 ALL_BETA = "AllBeta"
 ATOMIC_FIFO = "AtomicFIFO"
+COMPONENT_FLAGZ = "ComponentFlagz"
+COMPONENT_STATUSZ = "ComponentStatusz"
 DEPLOYMENT_REPLICASET_TERMINATING_REPLICAS = "DeploymentReplicaSetTerminatingReplicas"
 LOGARITHMIC_SCALE_DOWN = "LogarithmicScaleDown"
 ORDERED_NAMESPACE_DELETION = "OrderedNamespaceDeletion"
@@ -52,6 +55,8 @@ class Gate:
 GATES: dict[str, Gate] = {
     ALL_BETA: Gate(False, BETA),
     ATOMIC_FIFO: Gate(True, BETA, acted_on=False),
+    COMPONENT_FLAGZ: Gate(True, BETA),  # component-base's zpages: off, no /flagz
+    COMPONENT_STATUSZ: Gate(True, BETA),  # off, no /statusz
     DEPLOYMENT_REPLICASET_TERMINATING_REPLICAS: Gate(True, BETA),
     LOGARITHMIC_SCALE_DOWN: Gate(True, GA, locked=True),
     ORDERED_NAMESPACE_DELETION: Gate(True, GA, locked=True),
@@ -64,7 +69,8 @@ DEPENDENCIES: dict[str, tuple[str, ...]] = {STALE_CONTROLLER_CONSISTENCY_REPLICA
 HELP = (
     "Comma-separated component:key=value pairs that describe feature gates, as KCM's (the component is 'kube' "
     "or left out; repeatable). pykcm acts on DeploymentReplicaSetTerminatingReplicas, "
-    "StaleControllerConsistencyReplicaSet and PodDeletionCost (BETA - default=true) and AllBeta; "
+    "StaleControllerConsistencyReplicaSet, PodDeletionCost, ComponentFlagz and ComponentStatusz (BETA - "
+    "default=true) and AllBeta; "
     "LogarithmicScaleDown and OrderedNamespaceDeletion are locked to true. Any other gate is accepted and named "
     "in the warning about ignored flags."
 )

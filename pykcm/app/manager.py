@@ -152,7 +152,9 @@ class Manager:
                 debug_flags=opts.profiling,
                 component=zpages.Component(
                     name="pykcm", start_time=datetime.fromtimestamp(process_start_time(), UTC),
-                    binary_version=__version__, paths=LISTED_PATHS, flags=opts.flagz, config=configz(opts),
+                    binary_version=__version__, flags=opts.flagz, config=configz(opts),
+                    paths=[p for p in LISTED_PATHS if p != zpages.FLAGZ_PATH or opts.feature_enabled("ComponentFlagz")],
+                    statusz=opts.feature_enabled("ComponentStatusz"), flagz=opts.feature_enabled("ComponentFlagz"),
                 ),
             )
             await server.start()

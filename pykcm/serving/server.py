@@ -155,8 +155,10 @@ class SecureServer:
             return self._slis
         if self.debug_flags and debugflags.is_debug_flags_path(raw_path):
             return debugflags.serve
-        if (component := self.component) is not None and raw_path in (zpages.STATUSZ_PATH, zpages.FLAGZ_PATH):
-            return lambda request: _zpage(component, request)
+        component = self.component
+        if component is not None and raw_path in (zpages.STATUSZ_PATH, zpages.FLAGZ_PATH):
+            served = component.statusz if raw_path == zpages.STATUSZ_PATH else component.flagz
+            return (lambda request: _zpage(component, request)) if served else None
         if component is not None and component.config is not None and raw_path == zpages.CONFIGZ_PATH:
             return lambda request: _configz(component)
         _, endpoint, *rest = raw_path.split("/")

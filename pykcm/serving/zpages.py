@@ -60,6 +60,8 @@ class Component:
     paths: Sequence[str] = ()  # the listed paths; statusz reports their first segments, sorted
     flags: Mapping[str, str] = field(default_factory=dict)  # flag name -> value as pflag prints it
     config: Mapping[str, Any] | None = None  # what /configz shows (pykcm/app/configz.py); None: not served
+    statusz: bool = True  # served (KCM's ComponentStatusz gate)
+    flagz: bool = True  # served (ComponentFlagz)
     flagz_delimiter: str = field(default_factory=lambda: random.choice(DELIMITERS))  # fixed per process, as KCM
 
 

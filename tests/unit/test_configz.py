@@ -92,3 +92,19 @@ async def test_configz_is_served_as_json_once_authorized() -> None:
     finally:
         await served.stop()
         await unserved.stop()
+
+
+async def test_flagz_and_statusz_are_not_served_with_their_gates_off() -> None:
+    # component-base installs each only with its gate (ComponentFlagz, ComponentStatusz: beta and on).
+    server = SecureServer(
+        "127.0.0.1", free_port(), None,  # type: ignore[arg-type]
+        lambda: [], DelegatingAuthenticator(None), DelegatingAuthorizer(None, ["/flagz", "/statusz"]),
+        component=Component(name="pykcm", start_time=START, binary_version="0.1.0", flagz=False, statusz=False),
+    )
+    await server.start()
+    try:
+        for path in ("/flagz", "/statusz"):
+            status, _, body, _ = await exchange(server.port, get(path, "Connection: close"))
+            assert (status, body) == ("HTTP/1.1 404 Not Found", b"404 page not found\n")
+    finally:
+        await server.stop()
