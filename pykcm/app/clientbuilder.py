@@ -70,9 +70,7 @@ class ServiceAccountClientBuilder:
             return
         except NotFound:
             pass
-        try:  # as KCM: the namespace too, tolerating a manager that may not create namespaces
-            await self.root.get(NAMESPACES, self.namespace)
-        except NotFound:
+        if await self._namespace_missing():  # as KCM: created too, tolerating a manager that may not create it
             try:
                 await self.root.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                                                     "metadata": {"name": self.namespace}})
@@ -83,6 +81,16 @@ class ServiceAccountClientBuilder:
         body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
         with contextlib.suppress(AlreadyExists):
             await self.root.create(SERVICEACCOUNTS, body, self.namespace)
+
+    async def _namespace_missing(self) -> bool:
+        """Only a NotFound says so: any other answer (a 403, say) leaves the namespace alone, as KCM."""
+        try:
+            await self.root.get(NAMESPACES, self.namespace)
+        except NotFound:
+            return True
+        except (ApiError, TransportError) as err:
+            log.v(2).info("Cannot tell whether the namespace exists", namespace=self.namespace, err=str(err))
+        return False
 
     async def _request_token(self, name: str) -> _Token:
         body = {

@@ -48,9 +48,10 @@ FENCE_MARGIN = 0.2  # of the lease duration, at least 1 s: time for a checked re
 
 
 def fence_window(config: LeaderElectionConfig) -> float:
-    # From the whole seconds the Lease says (leaseDurationSeconds), which is what standbys wait out.
+    # From the whole seconds the Lease says (leaseDurationSeconds), which is what standbys wait out;
+    # the margin at most half of them, so that a lease of a second or two still leaves writes a window.
     lease_duration = float(int(config.lease_duration))
-    return lease_duration - max(1.0, FENCE_MARGIN * lease_duration)
+    return lease_duration - min(max(1.0, FENCE_MARGIN * lease_duration), lease_duration / 2)
 
 
 def heartbeat_bound(config: LeaderElectionConfig) -> float:

@@ -30,6 +30,7 @@ from pykcm.client.kubeconfig import (
     simple_kubeconfig,
 )
 from pykcm.client.kubeconfigcheck import kubeconfig_problem
+from pykcm.client.proxy import parse_proxy, proxy_for
 from pykcm.util.errors import os_error_message
 from pykcm.util.log import get_logger, one_line
 from pykcm.util.pem import read_pem_pair_problem
@@ -57,7 +58,7 @@ class ClientConfig:
     cert_file: str | None = None  # client certificate and key files, re-read when they rotate
     key_file: str | None = None
     server_name: str | None = None  # the name the server's certificate is checked for, if not the host's
-    proxy_url: str | None = None  # the kubeconfig's proxy-url; the environment's proxies otherwise
+    proxy_url: str | None = None  # the proxy to connect through (load_config: proxy-url, else the environment's)
     impersonate: tuple[tuple[str, str], ...] = ()  # Impersonate-* headers sent with every request
     # Told of every 401: a token source that can fetch a new token now (client-go's ResettableTokenSource).
     on_unauthorized: Callable[[], None] | None = field(default=None, repr=False, compare=False)
@@ -105,14 +106,17 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         creds = _kubeconfig_credentials(path, context, master) if path else _package_credentials(None, context)
     if master:
         creds.host = master
+        creds.server_name = None  # client-go: a server on the command line clears the kubeconfig's tls-server-name
     if not creds.host:
         raise ConfigError("no API server address: give --kubeconfig or --master")
     tls = bool(creds.ca_file or creds.cert_file or not creds.verify_tls)
     host = server_url(creds.host, tls)
+    proxy = _proxy(host, creds.proxy_url)
     if not host.startswith("https"):
-        # client-go merges the user's credentials (tokens, impersonation) only into a TLS config:
-        # over plain HTTP they would travel in the clear.
-        return ClientConfig(host=host, ssl_context=None, verify_tls=creds.verify_tls, proxy_url=creds.proxy_url)
+        # client-go merges the user's credentials (tokens, basic auth, client certificates) only into a
+        # TLS config: over plain HTTP they would travel in the clear. Impersonation it keeps.
+        return ClientConfig(host=host, ssl_context=None, verify_tls=creds.verify_tls, proxy_url=proxy,
+                            impersonate=creds.impersonate)
     return ClientConfig(
         host=host,
         ssl_context=tls_context(creds.ca_file, creds.verify_tls, creds.cert_file, creds.key_file),
@@ -122,9 +126,26 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         cert_file=creds.cert_file,
         key_file=creds.key_file,
         server_name=creds.server_name,
-        proxy_url=creds.proxy_url,
+        proxy_url=proxy,
         impersonate=creds.impersonate,
     )
+
+
+def _proxy(host: str, proxy_url: str | None) -> str | None:
+    """The proxy for `host` (the kubeconfig's proxy-url, else the environment's), checked now: one this
+    client cannot speak (socks5) is an error from the kubeconfig, and from the environment a warning,
+    the connection going direct as before pykcm read proxies."""
+    proxy = proxy_for(host, proxy_url)
+    if proxy is None:
+        return None
+    try:
+        parse_proxy(proxy)
+    except ValueError as err:
+        if proxy_url:
+            raise ConfigError(f"invalid configuration: {err}") from None
+        log.warning("Ignoring the environment's proxy, connecting directly", err=str(err))
+        return None
+    return proxy
 
 
 def _kubeconfig_credentials(path: str, context: str | None, master: str | None) -> Credentials:
@@ -143,7 +164,10 @@ def _kubeconfig_credentials(path: str, context: str | None, master: str | None) 
         cluster, user = sections
         creds.server_name = cluster.get("tls-server-name") or None
         creds.proxy_url = cluster.get("proxy-url") or None
-        creds.impersonate = impersonation_headers(user)
+        try:
+            creds.impersonate = impersonation_headers(user)
+        except KubeconfigError as err:
+            raise ConfigError(str(err)) from None
         plugin = user.get("exec") or user.get("auth-provider")
         if plugin and creds.token_source() is None and not creds.cert_file:
             # The package logs a failed plugin and goes on without a token: every request would be

@@ -123,7 +123,7 @@ class ConnectionPool:
         if body is not None or method in ("POST", "PUT", "PATCH"):
             head.append(f"Content-Length: {len(body or b'')}\r\n")
         head.append("Accept-Encoding: gzip\r\n\r\n")
-        data = "".join(head).encode("latin-1") + (body or b"")
+        data = "".join(head).encode() + (body or b"")  # header values as UTF-8 bytes, as Go sends them
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
         deadline = self.loop.time() + timeout.total if timeout.total is not None else None

@@ -66,7 +66,7 @@ class FileToken:
         self.path = path
         self.period = period
         try:
-            self._token = self._read()
+            self._token = self._read() or fallback  # client-go: an empty file is an error, the inline token stands in
         except OSError:
             if not fallback:  # client-go falls back to the kubeconfig's own token only if there is one
                 raise
@@ -190,7 +190,7 @@ def _token_source(user: dict[str, Any], base: str) -> Callable[[], str | None]:
     if token:
         bearer = f"Bearer {token}"
         return lambda: bearer
-    if user.get("username") or user.get("password"):
+    if user.get("username"):  # client-go's HasBasicAuth: a password alone sends nothing
         pair = f"{user.get('username') or ''}:{user.get('password') or ''}"
         basic = "Basic " + base64.b64encode(pair.encode()).decode()
         return lambda: basic

@@ -118,6 +118,8 @@ def conflict(cluster_name: str, cluster: dict[str, Any], user_name: str, user: d
         for what, path in (("client-cert", cert_file), ("client-key", key_file)):
             if path and (problem := _unreadable(base, path)):
                 return f"unable to read {what} {path} for {user_name} due to {problem}"
+    if not user.get("as") and (user.get("as-uid") or user.get("as-groups") or user.get("as-user-extra")):
+        return f"requesting uid, groups or user-extra for {user_name} without impersonating a user"
     methods = [m for m, given in (("token", user.get("token")),
                                   ("basicAuth", user.get("username") or user.get("password"))) if given]
     if len(methods) > 1:

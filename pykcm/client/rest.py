@@ -21,7 +21,6 @@ from pykcm.client.fence import FencedWrite, sending
 from pykcm.client.http import ConnectionPool, Stream, Timeout
 from pykcm.client.httpconnection import HTTPError
 from pykcm.client.protobuf import MAGIC, PROTOBUF, WATCH_ACCEPT, WatchDecoder, decode_status
-from pykcm.client.proxy import proxy_for
 from pykcm.client.resources import Resource
 from pykcm.util.durations import go_duration
 from pykcm.util.flowcontrol import client_rate_limiter
@@ -66,7 +65,7 @@ class _Transport:
             # The fence is checked by the pool in the step that writes a request (see fence.py).
             self._pool = ConnectionPool(self.config.host, self._ssl_context, CONNECTIONS, self.config.write_fence,
                                         server_name=self.config.server_name,
-                                        proxy=proxy_for(self.config.host, self.config.proxy_url))
+                                        proxy=self.config.proxy_url)
         return self._pool
 
     def _rotate_tls_files(self) -> None:
@@ -352,9 +351,8 @@ def _success_body(method: str, path: str, accept: str, content_type: str, body: 
         return None
     if "json" not in accept:
         return body.decode(errors="replace")
-    if "json" not in content_type:
-        raise TransportError(f"{method} {path}: serializer for {content_type or 'an answer without a type'} "
-                             "doesn't exist")
+    if content_type and "json" not in content_type:  # no type: the JSON asked for, as client-go assumes
+        raise TransportError(f"{method} {path}: serializer for {content_type} doesn't exist")
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as err:

@@ -215,7 +215,34 @@ def test_credentials_never_go_over_plain_http(tmp_path, master):
     }))
     config = load_config(str(path), master=master)
     assert config.host == "http://127.0.0.1:8080"
-    assert config.token_source() is None and config.impersonate == ()
+    assert config.token_source() is None  # impersonation client-go keeps: it is no credential
+    assert config.impersonate == (("Impersonate-User", "jane"),)
+
+
+def kubeconfig_with(tmp_path, cluster: dict, user: dict) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x",
+    }))
+    return str(path)
+
+
+def test_master_clears_the_kubeconfigs_tls_server_name(tmp_path):
+    path = kubeconfig_with(tmp_path, {"server": "https://10.0.0.1:6443", "tls-server-name": "kubernetes",
+                                      "insecure-skip-tls-verify": True}, {"token": "t"})
+    assert load_config(path).server_name == "kubernetes"
+    assert load_config(path, master="https://127.0.0.1:6443").server_name is None
+
+
+def test_a_socks5_proxy_url_is_refused_at_start_and_the_environments_is_not_used(tmp_path, monkeypatch):
+    cluster = {"server": "https://10.0.0.1:6443", "insecure-skip-tls-verify": True}
+    with pytest.raises(ConfigError, match="socks5 proxies are not supported"):
+        load_config(kubeconfig_with(tmp_path, {**cluster, "proxy-url": "socks5://127.0.0.1:1080"}, {"token": "t"}))
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
+    assert load_config(kubeconfig_with(tmp_path, cluster, {"token": "t"})).proxy_url is None  # direct, with a warning
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    assert load_config(kubeconfig_with(tmp_path, cluster, {"token": "t"})).proxy_url == "http://127.0.0.1:3128"
 
 
 def test_a_failing_exec_plugin_stops_the_start_in_one_line(tmp_path):

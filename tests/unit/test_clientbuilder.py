@@ -6,7 +6,7 @@ import time
 
 from pykcm.app import clientbuilder
 from pykcm.client.config import ClientConfig
-from pykcm.client.errors import NotFound, ServiceUnavailable
+from pykcm.client.errors import Forbidden, NotFound, ServiceUnavailable
 from pykcm.client.rest import RestClient
 
 
@@ -127,3 +127,18 @@ async def test_a_refused_token_is_replaced_at_once_and_a_deleted_account_created
     assert root.issued == 2 and "replicaset-controller" in root.accounts
     assert client.config.token_source() == "Bearer t2"
     assert ("POST", "/api/v1/namespaces/kube-system/serviceaccounts") in root.calls
+
+
+async def test_a_namespace_that_cannot_be_read_is_left_alone_and_the_account_still_created() -> None:
+    class NoNamespaceReads(FakeRoot):
+        async def request(self, method, path, **kw):
+            if method == "GET" and path == "/api/v1/namespaces/kube-system":
+                self.calls.append((method, path))
+                raise Forbidden(403, "Forbidden", "namespaces is forbidden")
+            return await super().request(method, path, **kw)
+
+    root = NoNamespaceReads(lifetime=3600)
+    root.accounts.clear()
+    await clientbuilder.ServiceAccountClientBuilder(root)._ensure_service_account("replicaset-controller")
+    assert ("POST", "/api/v1/namespaces") not in root.calls  # KCM creates it only on a NotFound
+    assert "replicaset-controller" in root.accounts

@@ -242,3 +242,5 @@ def test_the_write_window_keeps_its_margin_from_the_whole_seconds_the_lease_says
     # A standby waits out leaseDurationSeconds, the duration's whole seconds: 3.9 s is written as 3.
     assert fence_window(LeaderElectionConfig(lease_duration=3.9, renew_deadline=2.0, retry_period=0.5)) == 2.0
     assert fence_window(LeaderElectionConfig(lease_duration=15.0, renew_deadline=10.0, retry_period=2.0)) == 12.0
+    # a lease of a second still leaves writes half of it, where every write was refused
+    assert fence_window(LeaderElectionConfig(lease_duration=1.0, renew_deadline=0.5, retry_period=0.1)) == 0.5

@@ -122,6 +122,8 @@ def test_leaves_the_rest_to_the_package(tmp_path: Path, cluster: dict[str, Any],
         ({"server": "https://h:1"}, {"token": "t", "username": "a", "password": "b"},
          "more than one authentication method found for u; found [token basicAuth], only one is allowed"),
         ({"server": "https://h:1"}, {"tokenFile": "empty"}, 'read empty token from file "'),
+        ({"server": "https://h:1"}, {"as-groups": ["g"]},
+         "requesting uid, groups or user-extra for u without impersonating a user"),
     ],
 )
 def test_what_client_go_refuses_is_one_line(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any],
@@ -138,6 +140,14 @@ def test_a_token_file_wins_over_the_token_and_the_token_stands_in_when_it_cannot
     assert creds is not None and creds.token_source() == "Bearer from-file"
     creds = simple_kubeconfig(write(tmp_path, {"server": "https://h:1"}, {"token": "inline", "tokenFile": "gone"}))
     assert creds is not None and creds.token_source() == "Bearer inline"
+    (tmp_path / "empty").write_text("")
+    creds = simple_kubeconfig(write(tmp_path, {"server": "https://h:1"}, {"token": "inline", "tokenFile": "empty"}))
+    assert creds is not None and creds.token_source() == "Bearer inline"
+
+
+def test_a_password_alone_is_no_basic_auth(tmp_path: Path) -> None:
+    creds = simple_kubeconfig(write(tmp_path, {"server": "https://h:1"}, {"password": "p"}))
+    assert creds is not None and creds.token_source() is None
 
 
 def test_server_name_proxy_basic_auth_and_impersonation_are_read(tmp_path: Path) -> None:

@@ -266,6 +266,18 @@ async def test_a_success_answer_that_is_not_json_is_an_error_not_a_string() -> N
         await api.close()
 
 
+async def test_a_success_answer_without_a_type_is_read_as_the_json_asked_for() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n{"kind":"ConfigMap"}')
+        await writer.drain()
+
+    async with raw_server(handle) as url:
+        api = RestClient(ClientConfig(host=url, ssl_context=None))
+        assert await api.request("GET", PATH) == {"kind": "ConfigMap"}
+        await api.close()
+
+
 @pytest.mark.parametrize(("code", "body", "content_type", "message"), [
     (500, "backend exploded", "text/plain",
      'an error on the server ("backend exploded") has prevented the request from succeeding'),
