@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pykcm import __version__
-from pykcm.app import eventloop, featuregates, flagz, kcmflags, stackdump
+from pykcm.app import eventloop, featuregates, flagz, kcmflags, localrun, stackdump
 from pykcm.app.configz import canonical_controllers
 from pykcm.app.options import (
     Options,
@@ -47,8 +47,6 @@ log = logging_setup.get_logger("cli")
 if TYPE_CHECKING:
     from pykcm.testenv.controlplane import ControlPlane
 
-LOCAL_WATCH_PERIOD = 2.0  # how often `run --local` checks that its cluster's processes live
-
 _defaults = Options()
 
 
@@ -71,6 +69,16 @@ def _feature_gates(text: str) -> dict[str, bool]:
         raise UsageError(f"--feature-gates: {err}") from None
 
 
+def _local_nodes(ctx: typer.Context, param: typer.CallbackParam, value: int) -> int:
+    """--local-nodes' upper bound, kwok's (read only when the flag is given: it imports the testenv)."""
+    if (source := ctx.get_parameter_source(param.name or "")) is not None and source.name != "DEFAULT":
+        from pykcm.testenv.kwok import MAX_NODES
+
+        if value > MAX_NODES:
+            raise typer.BadParameter(f"{value} is not in the range 0<=x<={MAX_NODES}.")
+    return value
+
+
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"pykcm {__version__}")
@@ -91,8 +99,8 @@ def run(
     kube_api_content_type: Annotated[str, typer.Option(help="Content type of requests sent to the API server: application/vnd.kubernetes.protobuf reads the pods watch as protobuf (every other request stays JSON), application/json reads everything as JSON.")] = _defaults.kube_api_content_type,
     controller_shutdown_timeout: Annotated[str, typer.Option(help="On SIGTERM, how long syncs already running may finish (no new one starts) before the Lease is released; KCM's default is 10s.")] = format_duration(_defaults.controller_shutdown_timeout),
     min_resync_period: Annotated[str, typer.Option(help="Resync period of informers: random between this and twice this.")] = format_duration(_defaults.min_resync_period),
-    local: Annotated[bool, typer.Option("--local", help="Start a real local cluster (etcd, kube-apiserver, kube-controller-manager with every other controller, kube-scheduler, simulated nodes) and run against it.")] = False,
-    local_nodes: Annotated[int, typer.Option(min=0, help="Simulated nodes of the --local cluster; 0 for a bare apiserver without scheduler or KCM.")] = 3,
+    local: Annotated[bool, typer.Option("--local", help="Start a real local cluster (etcd, kube-apiserver, kube-controller-manager with every other controller, kube-scheduler, simulated nodes) and run against it; pykcm then serves on 127.0.0.1 unless --bind-address is given.")] = False,
+    local_nodes: Annotated[int, typer.Option(min=0, callback=_local_nodes, help="Simulated nodes of the --local cluster; 0 for a bare apiserver without scheduler or KCM.")] = 3,
     use_service_account_credentials: Annotated[bool, typer.Option("--use-service-account-credentials/--no-use-service-account-credentials", help="Run each controller as its own ServiceAccount in kube-system (tokens from TokenRequest); shared informers keep the main credentials.")] = False,
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect", help="Run leader election (a Lease) and start controllers only while leading. KCM's --leader-elect=false also works.")] = _defaults.leader_elect,
     leader_elect_lease_duration: Annotated[str, typer.Option(help="How long a standby waits after the last observed renewal before taking over.")] = format_duration(_defaults.leader_elect_lease_duration),
@@ -102,7 +110,7 @@ def run(
     leader_elect_resource_name: Annotated[str, typer.Option(help="Name of the Lease used for leader election.")] = _defaults.leader_elect_resource_name,
     leader_elect_resource_namespace: Annotated[str, typer.Option(help="Namespace of the Lease used for leader election.")] = _defaults.leader_elect_resource_namespace,
     secure_port: Annotated[int, typer.Option(help="HTTPS port for /healthz, /livez, /readyz and /metrics; 0 disables serving.")] = _defaults.secure_port,
-    bind_address: Annotated[str, typer.Option(help="IP address to listen on. If blank or an unspecified address (0.0.0.0 or ::), all interfaces and IP address families are used, as in KCM.")] = _defaults.bind_address,
+    bind_address: Annotated[str, typer.Option(help="IP address to listen on. If blank or an unspecified address (0.0.0.0 or ::), all interfaces and IP address families are used, as in KCM. With --local the default is 127.0.0.1.")] = _defaults.bind_address,
     tls_cert_file: Annotated[str | None, typer.Option(help="Serving certificate (PEM); a self-signed one is generated in memory if omitted.")] = None,
     tls_private_key_file: Annotated[str | None, typer.Option(help="Private key for --tls-cert-file (PEM).")] = None,
     tls_min_version: Annotated[str, typer.Option(help="Minimum TLS version served: VersionTLS10, VersionTLS11, VersionTLS12 (the default) or VersionTLS13.")] = "",
@@ -123,7 +131,7 @@ def run(
     options = Options(
         kubeconfig=kubeconfig,
         master=master,
-        controllers=controllers.split(","),
+        controllers=controllers.split(",") if controllers else [],  # pflag's empty list
         concurrent_replicaset_syncs=concurrent_replicaset_syncs,
         concurrent_namespace_syncs=concurrent_namespace_syncs,
         namespace_sync_period=_duration("--namespace-sync-period", namespace_sync_period),
@@ -163,6 +171,7 @@ def run(
     if not local and source is not None and source.name != "DEFAULT":
         raise UsageError("--local-nodes applies only with --local")
     logging_setup.setup(verbosity, logging_format.value)
+    ctx.ensure_object(dict)["log_format"] = logging_format.value  # main's last line follows it
 
     from pykcm.controller import discover_controllers
 
@@ -185,32 +194,11 @@ def run(
     options.controllers = canonical_controllers(options.controllers, registry.values())  # as /configz shows them
 
     if options.local:
-        from pykcm.testenv.cluster import running
-
         if options.bind_address == _defaults.bind_address:
             options.bind_address = "127.0.0.1"  # a developer's machine: serve on loopback like the control plane
-
-        with running(log=lambda msg: print(msg, file=sys.stderr), nodes=local_nodes) as plane:
-            print(_try_this(plane, local_nodes), flush=True)
-            options.kubeconfig = str(plane.kubeconfig)
-            _run_manager(options, classes, watch=plane)
+        localrun.run_local(options, classes, local_nodes, _run_manager, lambda text, plain: _last_line(ctx.obj, text, plain))
     else:
         _run_manager(options, classes)
-
-
-def _try_this(plane: ControlPlane, nodes: int) -> str:
-    kubectl = f"{plane.binaries.kubectl or 'kubectl'} --kubeconfig {plane.kubeconfig}"
-    lines = [f"Local cluster is up. kubeconfig: {plane.kubeconfig}", "Try this:"]
-    if nodes:
-        lines += [
-            f"  {kubectl} create deployment web --image=nginx --replicas=3",
-            f"  {kubectl} get deployment,replicaset,pods -o wide",
-            f"  {kubectl} scale deployment web --replicas=5",
-            f"  {kubectl} delete deployment web",
-        ]
-    else:
-        lines += [f"  {kubectl} create namespace demo", f"  {kubectl} get serviceaccounts -n demo"]
-    return "\n".join(lines)
 
 
 def _run_manager(options: Options, classes: list, watch: ControlPlane | None = None) -> None:
@@ -232,32 +220,21 @@ async def _serve(manager, watch: ControlPlane | None = None) -> None:
         log.info("Received signal, shutting down", signal=signal.Signals(signum).name)
         stop.set()
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal, signum)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if not (signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN):  # nohup: as Go leaves it
+            loop.add_signal_handler(signum, on_signal, signum)
     stackdump.install(loop)
-    watchdog = asyncio.create_task(_watch_local_cluster(watch, stop)) if watch else None
+    watchdog = asyncio.create_task(localrun.watch_cluster(watch, stop)) if watch else None
     try:
         await manager.run(stop)
+    except Exception:
+        if not (watch and watch.dead_processes()):
+            raise  # else the cause is the process that died, before the watchdog saw it
     finally:
         if watchdog:
             watchdog.cancel()
     if watch and (dead := watch.dead_processes()):
-        raise LocalClusterFailed(dead)
-
-
-class LocalClusterFailed(Exception):
-    def __init__(self, dead: list) -> None:
-        names = ", ".join(f"{p.name} (log: {p.log_path})" for p in dead)
-        super().__init__(f"the local cluster lost {names}; stopping")
-
-
-async def _watch_local_cluster(plane: ControlPlane, stop: asyncio.Event) -> None:
-    """`run --local` stops, saying which, when a process of its cluster dies: never hangs."""
-    while not stop.is_set():
-        await asyncio.sleep(LOCAL_WATCH_PERIOD)
-        for proc in plane.dead_processes():
-            log.error(None, "Local cluster process exited, shutting down", process=proc.name, log=str(proc.log_path))
-            stop.set()
+        raise localrun.LocalClusterFailed(dead)
 
 
 @app.command("controllers")
@@ -279,6 +256,7 @@ def version() -> None:
 
 @testenv_app.command("start")
 def testenv_start(
+    ctx: typer.Context,
     directory: Annotated[Path, typer.Option("--dir", help="Directory for state, certificates, logs and kubeconfig.")],
     kcm_controllers: Annotated[str | None, typer.Option(help="Also start the real kube-controller-manager with --controllers=LIST.")] = None,
     nodes: Annotated[int, typer.Option(min=0, help="Simulated nodes (kwok), with kube-scheduler and kube-controller-manager running every controller pykcm does not; 0 for a bare apiserver.")] = 0,
@@ -290,7 +268,8 @@ def testenv_start(
     def progress(msg: str) -> None:
         typer.echo(msg, err=True)
 
-    plane = start(directory, kcm_controllers=kcm_controllers, nodes=nodes, real_node=real_node, log=progress)
+    with localrun.interrupted_exit(lambda text, plain: _last_line(ctx.obj, text, plain)):
+        plane = start(directory, kcm_controllers=kcm_controllers, nodes=nodes, real_node=real_node, log=progress)
     typer.echo(str(plane.kubeconfig))
 
 
@@ -348,7 +327,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pykcm.client.config import ConfigError
     from pykcm.controller import PluginError
 
-    errors: list[type[BaseException]] = [ConfigError, ManagerError, PluginError, LocalClusterFailed, OSError]
+    errors: list[type[BaseException]] = [
+        ConfigError, ManagerError, PluginError, localrun.LocalClusterFailed, localrun.PortUnavailable, OSError,
+    ]
     with contextlib.suppress(ImportError):
         from pykcm.testenv.errors import ControlPlaneError  # BuildError is one of these
 
@@ -374,8 +355,9 @@ def _join_list_flags(argv: list[str]) -> list[str]:
     first: dict[str, int] = {}
     for word in kcmflags.pflag_words(argv, _GO_LIST_FLAGS.__contains__):
         if word.flag in _GO_LIST_FLAGS and word.value is not None:
-            if word.flag in first:
-                out[first[word.flag]] += f",{word.value}"
+            if word.flag in first:  # an empty one adds nothing, as pflag's
+                flag, _, value = out[first[word.flag]].partition("=")
+                out[first[word.flag]] = f"{flag}={','.join(v for v in (value, word.value) if v)}"
             else:
                 first[word.flag] = len(out)
                 out.append(f"{word.flag}={word.value}")
@@ -401,15 +383,20 @@ def _translate_bool_and_v(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    obj: dict = {}  # what the command tells main: the ignored KCM flags, and how logs are written
     try:
         args = _translate_pflag_forms(sys.argv[1:] if argv is None else list(argv))
         kcm = kcmflags.KcmFlags()
         if args[:1] == ["run"]:
-            args, kcm = kcmflags.split_kcm_flags(args)
+            try:
+                args, kcm = kcmflags.split_kcm_flags(args)
+            except kcmflags.FlagError as err:
+                raise UsageError(str(err)) from None
         if kcm.refused:
             refused = ", ".join(kcm.refused)
-            raise UsageError(f"pykcm does not implement {refused}: ignored, it would serve other TLS than asked")
-        result = app(args=args, prog_name="pykcm", standalone_mode=False, obj={"kcm_ignored": kcm.ignored})
+            raise UsageError(f"pykcm does not implement {refused}: refused, pykcm cannot honour it and would serve other TLS than asked")
+        obj["kcm_ignored"] = kcm.ignored
+        result = app(args=args, prog_name="pykcm", standalone_mode=False, obj=obj)
     except UsageError as err:
         if type(err).__name__ == "NoArgsIsHelpError":
             typer.echo(err.ctx.get_help() if err.ctx else "", err=True)
@@ -426,9 +413,17 @@ def main(argv: list[str] | None = None) -> int:
         # Errors may carry a log tail on later lines; the user gets the summary line.
         text = os_error_message(err) if isinstance(err, OSError) else str(err).strip()
         first_line = text.splitlines()[0] if text else type(err).__name__
-        print(f"pykcm: error: {first_line}", file=sys.stderr)
+        _last_line(obj, first_line, f"pykcm: error: {first_line}")
         return 1
     return result if isinstance(result, int) else 0
+
+
+def _last_line(obj: dict | None, text: str, plain: str) -> None:
+    """The run's last word: `plain` on stderr, or once logs are JSON, KCM's "command failed" line."""
+    if (obj or {}).get("log_format") == "json":
+        log.error(text, "command failed")
+    else:
+        print(plain, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from pykcm.app.featuregates import go_bool, go_quote
+
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
@@ -100,6 +102,10 @@ statefulset storage-version-gc svm tokencleaner ttl ttl-after-finished
 """)
 
 
+class FlagError(ValueError):
+    """An ignored flag that KCM would refuse (pflag's syntax): its message is KCM's."""
+
+
 @dataclass
 class KcmFlags:
     """What `split_kcm_flags` took out of a `run` command line."""
@@ -137,7 +143,8 @@ def pflag_words(argv: list[str], takes_value: Callable[[str], bool] = lambda _: 
 
 
 def split_kcm_flags(argv: list[str]) -> tuple[list[str], KcmFlags]:
-    """`argv` without the KCM flags pykcm ignores or refuses (with their values), and which."""
+    """`argv` without the KCM flags pykcm ignores or refuses (with their values), and which; FlagError
+    where pflag would refuse one of them."""
 
     def takes_value(flag: str) -> bool:
         return flag in IGNORED_VALUE_FLAGS or flag in REFUSED_FLAGS
@@ -145,6 +152,7 @@ def split_kcm_flags(argv: list[str]) -> tuple[list[str], KcmFlags]:
     kept: list[str] = []
     found = KcmFlags()
     for word in pflag_words(argv, takes_value):
+        _check_syntax(word, takes_value(word.flag))
         if takes_value(word.flag) or word.flag in IGNORED_BOOL_FLAGS:
             bucket = found.refused if word.flag in REFUSED_FLAGS else found.ignored
             if word.flag not in bucket:
@@ -152,6 +160,18 @@ def split_kcm_flags(argv: list[str]) -> tuple[list[str], KcmFlags]:
         else:
             kept += word.words
     return kept, found
+
+
+def _check_syntax(word: Word, takes_value: bool) -> None:
+    """What pflag refuses of an ignored flag, in its words: a value flag ending the command line, a
+    boolean that is no strconv.ParseBool value (its other values are not checked: pykcm ignores them)."""
+    if takes_value and word.value is None:
+        raise FlagError(f"flag needs an argument: {word.flag}")
+    if word.flag in IGNORED_BOOL_FLAGS and word.value is not None and go_bool(word.value) is None:
+        value = go_quote(word.value)
+        raise FlagError(
+            f'invalid argument {value} for "{word.flag}" flag: strconv.ParseBool: parsing {value}: invalid syntax'
+        )
 
 
 def left_to_kcm(spec: list[str], pykcm_names: set[str]) -> tuple[list[str], list[str]]:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -14,8 +13,12 @@ from pykcm.client.rest import JSON
 from pykcm.serving.tlspolicy import tls_policy
 from pykcm.util.durations import go_duration as format_duration  # the inverse of parse_duration, as Go writes it
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+# Go's time.ParseDuration, on integer nanoseconds: both spellings of micro (U+00B5, U+03BC).
+_UNIT_NS = {"ns": 1, "us": 1_000, "\u00b5s": 1_000, "\u03bcs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
+            "m": 60_000_000_000, "h": 3_600_000_000_000}
+_GO_MAX_NS, _GO_MAX = (1 << 63) - 1, "2562047h47m16.854775807s"  # time.Duration's maximum
+_DIGITS = "0123456789"
+INT32_MAX = (1 << 31) - 1  # a Lease's leaseDurationSeconds
 
 
 class OptionsError(ValueError):
@@ -23,25 +26,40 @@ class OptionsError(ValueError):
 
 
 def parse_duration(text: str) -> float:
-    """Go's time.ParseDuration: `15s`, `5m`, `1h30m`, `-1.5h`, `0`; returns seconds."""
-    value = text.strip()
-    sign = 1.0
-    if value[:1] in "+-" and value:
-        sign = -1.0 if value[0] == "-" else 1.0
+    """Go's time.ParseDuration: `15s`, `5m`, `1h30m`, `-1.5h`, `0`; returns seconds. What Go refuses
+    is refused: a number without unit, spaces, more than time.Duration holds (about 292 years)."""
+    value, negative = text, text[:1] == "-"
+    if value[:1] in ("-", "+"):
         value = value[1:]
     if value == "0":
         return 0.0
     if not value:
         raise OptionsError(f"invalid duration {text!r}")
-    total, pos = 0.0, 0
-    for match in _DURATION_PART.finditer(value):
-        if match.start() != pos:
+    total = 0
+    while value:
+        whole, value = _split_while(value, lambda c: c in _DIGITS)
+        fraction = ""
+        if value[:1] == ".":
+            fraction, value = _split_while(value[1:], lambda c: c in _DIGITS)
+        unit, value = _split_while(value, lambda c: c not in _DIGITS and c != ".")
+        if not (whole or fraction) or unit not in _UNIT_NS:
+            raise OptionsError(f"invalid duration {text!r} (use Go syntax such as 15s, 5m, 1h30m)")
+        if len(whole.lstrip("0")) > 19:  # more than Go's uint64 holds; int() would take its time
+            total = _GO_MAX_NS + 2
             break
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(value):
-        raise OptionsError(f"invalid duration {text!r} (use Go syntax such as 15s, 5m, 1h30m)")
-    return sign * total
+        fraction = fraction[:19]  # Go stops adding digits where nanoseconds end
+        total += int(whole or 0) * _UNIT_NS[unit] + int(fraction or 0) * _UNIT_NS[unit] // 10 ** len(fraction)
+    if total > _GO_MAX_NS + negative:
+        raise OptionsError(f"invalid duration {text!r}: more than Go's maximum, {_GO_MAX}")
+    return (-total if negative else total) / 1e9
+
+
+def _split_while(text: str, keep: Callable[[str], bool]) -> tuple[str, str]:
+    """`text` cut after its longest prefix whose characters `keep` accepts."""
+    end = 0
+    while end < len(text) and keep(text[end]):
+        end += 1
+    return text[:end], text[end:]
 
 
 class RegisteredController(Protocol):
@@ -67,7 +85,7 @@ def resolve_controllers(spec: Iterable[str], known: Iterable[RegisteredControlle
     For each controller the first entry naming it wins: `name` enables, `-name` disables. Only
     if no entry names it does `*` apply, enabling it if it is on by default; so
     `*,-replicaset` disables the ReplicaSet controller and `-namespace,namespace` leaves the
-    namespace controller off. Aliases are accepted; unknown names are an error. Returns
+    namespace controller off. Aliases are accepted; unknown or empty names are an error. Returns
     canonical names in registration order.
     """
     controllers = list(known)
@@ -75,7 +93,7 @@ def resolve_controllers(spec: Iterable[str], known: Iterable[RegisteredControlle
     for info in controllers:
         for alias in (info.name, *info.aliases):
             canonical[alias] = info.name
-    entries = [e.strip() for e in spec if e.strip()]
+    entries = [e.strip() for e in spec]  # an empty one (`a,,b`) is unknown, as in KCM
     for entry in entries:
         name = entry.removeprefix("-")
         if name != "*" and name not in canonical:
@@ -192,6 +210,11 @@ class Options:
             raise OptionsError(
                 "--leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period "
                 "must be greater than 0"
+            )
+        if int(lease) > INT32_MAX:  # client-go writes int32(whole seconds): KCM's Lease would be refused or wrap
+            raise OptionsError(
+                f"--leader-elect-lease-duration ({format_duration(lease)}) is more than a Lease holds: "
+                f"its leaseDurationSeconds is an int32, at most {INT32_MAX}s"
             )
         if lease <= renew:
             raise OptionsError(

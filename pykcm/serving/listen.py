@@ -18,6 +18,8 @@ import os
 import socket
 from collections.abc import Callable
 
+from pykcm.util.hostport import join_host_port
+
 # The socket or the bind says IPv6 (or IPv4-mapped IPv6) is not there: not an error, a fallback.
 _NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT, errno.EADDRNOTAVAIL})
 
@@ -82,3 +84,10 @@ async def create_server(
     except BaseException:  # listen() failing: the socket is still ours to close
         sock.close()
         raise
+
+
+def listen_failure(host: str, port: int, err: OSError) -> str:
+    """KCM's words for a port that cannot be listened on ("failed to listen on 127.0.0.1:10257: address
+    already in use"); asyncio's message repeats the address as a Python tuple: the errno's own words suffice."""
+    reason = os.strerror(err.errno).lower() if err.errno else err.strerror or str(err)
+    return f"failed to listen on {join_host_port(host, port)}: {reason}"

@@ -12,7 +12,6 @@ allowed) denied with 403, exactly as KCM answers; a token the apiserver rejects 
 
 from __future__ import annotations
 
-import os
 import re
 import ssl
 import time
@@ -37,6 +36,7 @@ from pykcm.serving.healthz import (
     run_check,
 )
 from pykcm.serving.http import HTTPServer
+from pykcm.serving.listen import listen_failure
 from pykcm.serving.messages import Request, Response
 from pykcm.util.hostport import join_host_port
 from pykcm.util.log import get_logger, one_line
@@ -100,9 +100,7 @@ class SecureServer:
         try:
             await http.start(self.host, self.port, self.ssl_context)
         except OSError as err:
-            # asyncio's message repeats the address as a Python tuple: the errno's own words suffice
-            reason = os.strerror(err.errno).lower() if err.errno else err.strerror or str(err)
-            raise ServingError(f"failed to listen on {join_host_port(self.host, self.port)}: {reason}") from None
+            raise ServingError(listen_failure(self.host, self.port, err)) from None
         self._http = http
         log.info("Serving securely", address=join_host_port(*http.sockname))  # the listener's, as KCM: [::]:10257
 

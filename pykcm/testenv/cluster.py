@@ -16,9 +16,10 @@ from . import realnode
 from .build import KUBERNETES_VERSION, ensure_binaries
 from .certs import Pki
 from .controlplane import ControlPlane, Log
-from .errors import ControlPlaneError
+from .errors import BuildError, ControlPlaneError
+from .interrupts import killing_on_signal
 from .nodes import KCM_CONTROLLERS, check_node_count, start_node_services, start_simulated_nodes
-from .processes import LOOPBACK, STOP_TIMEOUT, free_port
+from .processes import LOOPBACK, STOP_TIMEOUT, free_port, stop_all, strays
 
 
 def start(
@@ -68,7 +69,7 @@ def start(
         if node_binaries:
             realnode.start_node(plane, node_binaries, log)
     except BaseException:
-        _stop_cluster(plane, timeout=5.0)
+        _stop_cluster(plane, timeout=5.0, announce=True)
         raise
     plane._save()
     what = f"local cluster with {nodes} nodes" if nodes else "local control plane"
@@ -112,27 +113,48 @@ def stop(directory: Path, timeout: float = STOP_TIMEOUT) -> None:
     _stop_cluster(ControlPlane.from_state(Path(directory).resolve()), timeout)
 
 
-def _stop_cluster(plane: ControlPlane, timeout: float = STOP_TIMEOUT) -> None:
-    """The real node first (its teardown needs containerd and iptables in order), then the rest."""
-    realnode.teardown(plane, plane._log)
-    plane.stop(timeout)
+def _stop_cluster(plane: ControlPlane, timeout: float = STOP_TIMEOUT, announce: bool = False) -> None:
+    """The real node first (its teardown needs containerd and iptables in order), then the rest, and
+    what was spawned for the cluster but not yet recorded when its start was interrupted. A signal
+    meanwhile does not cut this short: it kills them all."""
+
+    def everything() -> list:
+        return [*plane.processes.values(), *strays(plane.directory)]
+
+    with killing_on_signal(everything, plane._log, "stopping the local cluster" if announce else None):
+        realnode.teardown(plane, plane._log)
+        plane.stop(timeout)
+        stop_all(strays(plane.directory), timeout)
 
 
 @contextlib.contextmanager
 def running(directory: Path | None = None, **kwargs: Any) -> Iterator[ControlPlane]:
     """Start a control plane (in a fresh temp dir unless `directory` is given) and stop it at exit.
-    A temp dir is removed afterwards unless the block failed (its logs help debugging)."""
+    A temp dir is removed afterwards, unless a process of the cluster failed: it is kept for their
+    logs, and said so (not for an error of the block's own, nor for an interruption)."""
     owned = directory is None
     path = Path(tempfile.mkdtemp(prefix="pykcm-testenv-")) if directory is None else Path(directory)
-    plane = start(path, **kwargs)
+    log: Log = kwargs.get("log", print)
+    plane: ControlPlane | None = None
+    keep = False
     try:
+        plane = start(path, **kwargs)  # stops what it started if it fails
         yield plane
-    except BaseException:
-        if owned:
-            plane._log(f"keeping {path} for its logs")
-        owned = False
+    except BaseException as err:
+        keep = owned and _cluster_failed(err, plane, path)
         raise
     finally:
-        _stop_cluster(plane)
-        if owned:
+        if plane is not None:
+            _stop_cluster(plane, announce=True)
+        if keep:
+            log(f"keeping {path} for its logs")
+        elif owned:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _cluster_failed(err: BaseException, plane: ControlPlane | None, path: Path) -> bool:
+    """Whether the cluster itself failed (a process that did not start, or died), so that its logs tell
+    why: not a build, an interruption, or an error of pykcm's own."""
+    if plane is not None and plane.dead_processes():
+        return True
+    return isinstance(err, ControlPlaneError) and not isinstance(err, BuildError) and (path / "logs").is_dir()

@@ -1,30 +1,37 @@
 """Processes of the local cluster: started in their own sessions with logs that outlive the
 starter, recorded by PID and kernel start time so that stopping never signals an unrelated
 process that reused the PID; readiness waits; ports picked on loopback and re-picked on a clash.
+Every process spawned here is remembered too (`strays`): one whose start was interrupted before
+its cluster recorded it is still stopped with that cluster.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import ssl
 import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import ControlPlaneError
+from .interrupts import deferred
 
 LOOPBACK = "127.0.0.1"
 STOP_TIMEOUT = 15.0
 _PORT_ATTEMPTS = 3
 _LOG_MARKER = "===== pykcm testenv: starting "
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 _T = TypeVar("_T")
 
@@ -121,24 +128,67 @@ class ManagedProcess:
         return cls(name, data["pid"], data["start_time"], Path(data["log"]), data.get("port"))
 
 
+_spawned: list[ManagedProcess] = []  # by this process, still running when last looked at
+_die_with_starter = False  # see dying_with_this_process()
+
+
 def spawn(name: str, argv: Sequence[str], log_dir: Path, port: int | None = None) -> ManagedProcess:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
+    _spawned[:] = [proc for proc in _spawned if proc.alive()]
     with open(log_path, "ab") as log_file:
         header = f"\n{_LOG_MARKER}{time.strftime('%Y-%m-%dT%H:%M:%S')}: {' '.join(argv)}\n"
         log_file.write(header.encode())
         log_file.flush()
-        popen = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=log_dir.parent,
-        )
-    stat = _proc_stat(popen.pid)
-    start_time = stat[1] if stat else 0
-    return ManagedProcess(name, popen.pid, start_time, log_path, port, popen)
+        with deferred():  # an interruption inside Popen would leave the child known to no one
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=log_dir.parent,
+                preexec_fn=_death_signal(),
+            )
+            stat = _proc_stat(popen.pid)
+            proc = ManagedProcess(name, popen.pid, stat[1] if stat else 0, log_path, port, popen)
+            _spawned.append(proc)
+    return proc
+
+
+def strays(directory: Path) -> list[ManagedProcess]:
+    """Running processes this process spawned with their logs under `directory`."""
+    return [proc for proc in _spawned if proc.log_path.is_relative_to(directory) and proc.alive()]
+
+
+@contextlib.contextmanager
+def dying_with_this_process() -> Iterator[None]:
+    """Processes spawned in the block get SIGKILL when this process ends, even by SIGKILL (Linux's
+    PR_SET_PDEATHSIG): for `run --local`, whose cluster is its own. Never for `testenv start`, whose
+    cluster outlives it. The kernel ties it to the spawning thread, so only the main thread's count."""
+    global _die_with_starter
+    outer, _die_with_starter = _die_with_starter, True
+    try:
+        yield
+    finally:
+        _die_with_starter = outer
+
+
+def _death_signal() -> Callable[[], None] | None:
+    if not _die_with_starter or sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the starter ended before prctl: the kernel will not tell
+            os._exit(1)
+
+    return in_child
 
 
 def free_port() -> int:

@@ -6,7 +6,8 @@
     log.error(err, "Error syncing", replicaSet="ns/web")
 
 Text: `I1121 14:56:00.123456   4242 replicaset] "Too few replicas" replicaSet="ns/web" need=3`.
-JSON (`--logging-format json`): one object a line with ts, v, logger, msg and the key/values.
+JSON (`--logging-format json`): one object a line with ts, logger, caller, msg, v (not on errors)
+and the key/values.
 """
 
 from __future__ import annotations
@@ -93,18 +94,21 @@ class KlogFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
-    """KCM's JSON lines (component-base's zap encoder): "ts" in milliseconds since the epoch, the
-    logger's name, "caller" as dir/file:line, "msg", "v", then the key-values; pykcm adds "level"
-    to warnings and errors."""
+    """KCM's JSON lines (component-base's zap encoder, through zapr): "ts" in milliseconds since the
+    epoch, the logger's name, "caller" as dir/file:line, "msg", "v", then the key-values. An error has
+    no "v" (zapr's Error writes none: that is how a reader tells errors from info); a warning has
+    "v":0 (klog logs it through Info). pykcm adds "level" to warnings and errors."""
 
     def format(self, record: logging.LogRecord) -> str:
         caller = f"{os.path.basename(os.path.dirname(record.pathname))}/{record.filename}:{record.lineno}"
         entry: dict[str, Any] = {"ts": record.created * 1000, "logger": record.name.removeprefix("pykcm."),
-                                 "caller": caller, "msg": record.getMessage(), "v": getattr(record, "v", 0)}
+                                 "caller": caller, "msg": record.getMessage()}
         if record.levelno >= logging.ERROR:
             entry["level"] = "error"
-        elif record.levelno == logging.WARNING:
-            entry["level"] = "warning"
+        else:
+            entry["v"] = getattr(record, "v", 0)
+            if record.levelno == logging.WARNING:
+                entry["level"] = "warning"
         entry.update(getattr(record, "kv", {}))
         return orjson.dumps(entry, default=str).decode()
 

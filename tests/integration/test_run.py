@@ -5,16 +5,27 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from pykcm.client.errors import NotFound
 from pykcm.client.resources import DEPLOYMENTS, NAMESPACES, SERVICEACCOUNTS
-from tests.support import PykcmProcess, admin_client, create_namespace, free_port, https_get, wait_for
+from tests.support import (
+    PykcmProcess,
+    admin_client,
+    checkout_env,
+    create_namespace,
+    free_port,
+    https_get,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -202,5 +213,172 @@ async def test_run_local_is_a_cluster_with_nodes_and_stops_when_one_of_its_proce
         assert await proc.wait(60) == 1, proc.log()[-2000:]
         assert "pykcm: error: the local cluster lost kube-scheduler" in proc.log()
         assert not any(_alive(p["pid"]) for p in processes.values()), "the local cluster outlived pykcm"
+        assert f"keeping {kubeconfig.parent} for its logs" in proc.log()  # the scheduler's says why
     finally:
         proc.kill()
+        if match := re.search(r"kubeconfig: (\S+)", proc.log()):
+            shutil.rmtree(Path(match.group(1)).parent, ignore_errors=True)
+
+
+LOCAL_RUN = ("run", "--local", "--local-nodes", "0", "--secure-port", "0", "--leader-elect=false",
+             "--controllers", "namespace")
+
+
+class LocalRun:
+    """`pykcm run --local` (a bare apiserver, the namespace controller), or another command given, as a
+    terminal runs it: in its own process group, which gets the signals. Its temp dir is made under
+    `tmp_path`, so the cluster's processes are found by their command lines, and killed at the end if
+    any outlived pykcm. "{tmp}" in `args` stands for that temp dir."""
+
+    def __init__(self, tmp_path: Path, *args: str, command: tuple[str, ...] = LOCAL_RUN) -> None:
+        self.tmp = tmp_path / "tmp"
+        self.tmp.mkdir(parents=True)
+        self.log_path = tmp_path / "local.log"
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pykcm.app.cli", *command, *(a.replace("{tmp}", str(self.tmp)) for a in args)],
+                stdout=out, stderr=subprocess.STDOUT, env=checkout_env({"TMPDIR": str(self.tmp)}), process_group=0,
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def cluster(self) -> dict[int, str]:
+        """The running processes of its cluster (etcd, kube-apiserver), by PID."""
+        found = {}
+        for proc in Path("/proc").iterdir():
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if proc.name.isdigit() and state != "Z" and any(str(self.tmp).encode() in arg for arg in argv):
+                found[int(proc.name)] = Path(argv[0].decode()).name
+        return found
+
+    def wait_until(self, ready: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert self.proc.poll() is None, f"pykcm exited with {self.proc.returncode} before {what}:\n{self.log()}"
+            assert time.monotonic() < deadline, f"no {what} after {timeout}s:\n{self.log()}"
+            time.sleep(0.02)
+
+    def signal(self, signum: int) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signum)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"pykcm did not exit within {timeout}s:\n{self.log()}") from None
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for pid in self.cluster():
+            os.kill(pid, signal.SIGKILL)
+
+    def assert_nothing_left(self) -> None:
+        survivors = self.cluster()
+        assert not survivors, f"outlived pykcm: {survivors}\n{self.log()}"
+        assert list(self.tmp.iterdir()) == [], f"left behind: {list(self.tmp.iterdir())}\n{self.log()}"
+
+
+@pytest.fixture
+def local_run(tmp_path: Path) -> Iterator[Callable[..., LocalRun]]:
+    runs: list[LocalRun] = []
+
+    def start(*args: str, command: tuple[str, ...] = LOCAL_RUN) -> LocalRun:
+        runs.append(LocalRun(tmp_path / str(len(runs)), *args, command=command))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        run.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("during", "signals"),
+    [
+        ("etcd", [signal.SIGTERM]),  # systemd, docker stop, timeout, CI: Python's default action ended it
+        ("kube-apiserver", [signal.SIGHUP]),  # the terminal closed
+        ("kube-apiserver", [signal.SIGINT]),  # Ctrl-C: it said nothing and kept its temp dir
+        ("kube-apiserver", [signal.SIGINT, signal.SIGINT]),  # pressed twice: etcd outlived it
+        ("etcd", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]),
+    ],
+)
+def test_run_local_interrupted_while_it_starts_stops_its_cluster_says_so_and_leaves_nothing(
+    local_run, during, signals
+):
+    run = local_run()
+    run.wait_until(lambda: during in run.cluster().values(), f"a running {during}")
+    for signum in signals:
+        run.signal(signum)
+        time.sleep(0.05)
+    assert run.wait() == 128 + signals[0], run.log()
+    assert run.log().strip().splitlines()[-1] == "pykcm: interrupted"
+    assert "Traceback" not in run.log()
+    run.assert_nothing_left()
+
+
+@pytest.mark.parametrize("uvloop", ["--uvloop", "--no-uvloop"])
+def test_run_local_a_signal_during_its_teardown_kills_the_cluster_instead_of_leaving_it(local_run, uvloop):
+    run = local_run(uvloop)
+    run.wait_until(lambda: "Caches are synced" in run.log(), "synced caches")
+    run.signal(signal.SIGTERM)
+    run.wait_until(lambda: "stopping the local cluster" in run.log(), "a teardown")
+    run.signal(signal.SIGINT)  # was: etcd left running (asyncio's loop), or the signal swallowed (uvloop's)
+    run.wait()
+    assert "SIGINT: killing the local cluster's processes" in run.log()
+    assert run.log().count("stopping the local cluster") == 1
+    run.assert_nothing_left()
+
+
+def test_run_local_stops_its_cluster_on_sighup_as_on_sigterm(local_run):
+    run = local_run()
+    run.wait_until(lambda: "Caches are synced" in run.log(), "synced caches")
+    run.signal(signal.SIGHUP)  # was: exit 129 at once, etcd and kube-apiserver left running
+    assert run.wait() == 0, run.log()
+    assert 'signal="SIGHUP"' in run.log()
+    run.assert_nothing_left()
+
+
+def test_run_local_killed_with_sigkill_takes_its_cluster_along(local_run):
+    run = local_run()
+    run.wait_until(lambda: "Caches are synced" in run.log(), "synced caches")
+    pids = run.cluster()
+    assert set(pids.values()) == {"etcd", "kube-apiserver"}
+    run.signal(signal.SIGKILL)  # no cleanup can run: the kernel's PR_SET_PDEATHSIG stops them
+    run.wait()
+    run.wait_until(lambda: not run.cluster(), "the cluster's end", timeout=10)
+
+
+def test_run_local_keeps_its_temp_dir_for_a_failed_cluster_process_only(local_run):
+    # pykcm's own error once the cluster is up: the cluster's logs do not explain it.
+    run = local_run("--authentication-kubeconfig=/does/not/exist", "--secure-port", str(free_port()))
+    assert run.wait() == 1
+    assert run.log().strip().splitlines()[-1] == "pykcm: error: kubeconfig '/does/not/exist' does not exist"
+    assert "keeping" not in run.log()
+    run.assert_nothing_left()
+    # A process of the cluster died: its log says why, the directory stays.
+    run = local_run()
+    run.wait_until(lambda: "Caches are synced" in run.log(), "synced caches")
+    apiserver = next(pid for pid, name in run.cluster().items() if name == "kube-apiserver")
+    os.kill(apiserver, signal.SIGKILL)
+    assert run.wait() == 1
+    [kept] = list(run.tmp.iterdir())
+    assert f"keeping {kept} for its logs" in run.log() and (kept / "logs" / "kube-apiserver.log").exists()
+    assert "pykcm: error: the local cluster lost kube-apiserver" in run.log()
+    assert not run.cluster()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_testenv_start_interrupted_stops_what_it_started(local_run, signum):
+    run = local_run("--dir", "{tmp}/env", command=("testenv", "start"))
+    run.wait_until(lambda: "kube-apiserver" in run.cluster().values(), "a running kube-apiserver")
+    run.signal(signum)  # was: the default action, etcd and kube-apiserver left running
+    assert run.wait() == 128 + signum, run.log()
+    assert run.log().strip().splitlines()[-2:] == ["stopping the local cluster", "pykcm: interrupted"]
+    assert not run.cluster(), run.log()

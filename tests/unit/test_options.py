@@ -4,6 +4,7 @@ leader-election and serving flags, KCM's `--flag=false` form."""
 from __future__ import annotations
 
 import dataclasses
+import socket
 
 import pytest
 
@@ -40,9 +41,38 @@ def test_parse_duration_accepts_go_syntax(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "15", "1d", "5 m", "s", "1h-5m", "--1s", "abc", "1.2.3s"])
+@pytest.mark.parametrize("text", ["", "15", "1d", "5 m", "s", "1h-5m", "--1s", "abc", "1.2.3s", ".s", "+", "\u0661s"])
 def test_parse_duration_rejects_what_go_rejects(text: str) -> None:
     with pytest.raises(OptionsError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("2562047h47m16.854775807s", 9223372036.854775807),  # time.Duration's maximum
+    ("-2562047h47m16.854775808s", -9223372036.854775808),  # and its minimum
+    ("9223372036s", 9223372036.0),
+    ("1.s", 1.0),
+    ("10\u03bcs", 10e-6),  # Go's other micro sign
+    ("1.0000000001999999999999s", 1.0),  # digits past the nanosecond are dropped
+])
+def test_parse_duration_accepts_go_durations_to_the_limits(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds, abs=1e-9)
+
+
+@pytest.mark.parametrize("text", [
+    "99999999999h", "2562047h47m16.854775808s", "-2562047h47m16.854775809s", "9223372037s", "1" + "0" * 40 + "h",
+    "1" + "0" * 5000 + "s",  # no int() of a huge number: a one-line error at once
+])
+def test_parse_duration_refuses_more_than_go_holds(text: str) -> None:
+    # KCM: invalid argument "99999999999h" for "--leader-elect-lease-duration" flag: time: invalid duration ...
+    with pytest.raises(OptionsError, match=r"more than Go's maximum, 2562047h47m16\.854775807s"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("text", [" 15s", "15s ", "\t15s", "15s\n"])
+def test_parse_duration_does_not_strip_spaces_as_go_does_not(text: str) -> None:
+    # KCM: invalid argument " 15s" for "--leader-elect-lease-duration" flag: time: invalid duration " 15s"
+    with pytest.raises(OptionsError, match="invalid duration"):
         parse_duration(text)
 
 
@@ -59,7 +89,7 @@ def test_parse_duration_rejects_what_go_rejects(text: str) -> None:
         (["*", "-namespace", "namespace"], ["serviceaccount-token-controller", "replicaset-controller"]),
         (["*", "bootstrapsigner"], [c.name for c in KNOWN]),  # an explicit entry beats `*` wherever it is
         (["bootstrapsigner"], ["bootstrap-signer-controller"]),
-        ([" replicaset ", ""], ["replicaset-controller"]),
+        ([" replicaset "], ["replicaset-controller"]),
         ([], []),
     ],
 )
@@ -67,10 +97,17 @@ def test_resolve_controllers_first_explicit_match_wins(spec: list[str], enabled:
     assert resolve_controllers(spec, KNOWN) == enabled
 
 
-@pytest.mark.parametrize("spec", [["nope"], ["*", "-nope"], ["-*"]])
+@pytest.mark.parametrize("spec", [["nope"], ["*", "-nope"], ["-*"], ["namespace", "", "replicaset"], ["*", "-"]])
 def test_resolve_controllers_rejects_unknown_names(spec: list[str]) -> None:
     with pytest.raises(OptionsError):
         resolve_controllers(spec, KNOWN)
+
+
+def test_an_empty_controllers_entry_is_refused_as_kcm_refuses_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # KCM v1.36.3: `--controllers=namespace,,replicaset` -> "\"\" is not in the list of known controllers"
+    assert cli.main(["run", "--controllers=namespace,,replicaset"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith('pykcm: error: Invalid value for --controllers: "" is not in the list')
 
 
 @pytest.mark.parametrize(("text", "value"), [("true", True), ("1", True), ("T", True), ("False", False), ("0", False)])
@@ -162,6 +199,15 @@ def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[s
         (["run", "--v=-1"], "'-v' / '--v'"),  # klog's level is not negative
         (["run", "--controller-shutdown-timeout=-1s"], "--controller-shutdown-timeout must not be negative"),
         (["run", "--kube-api-burst=-1"], "--kube-api-burst must not be negative"),  # client-go would fail every request
+        (["run", "--leader-elect-lease-duration=99999999999h"],
+         "Invalid value for --leader-elect-lease-duration: invalid duration '99999999999h': more than Go's maximum"),
+        (["run", "--min-resync-period= 1h"], "Invalid value for --min-resync-period: invalid duration ' 1h'"),
+        (["run", "--leader-elect-lease-duration=3000000000s"],
+         "--leader-elect-lease-duration (833333h20m0s) is more than a Lease holds: its leaseDurationSeconds is an "
+         "int32, at most 2147483647s"),
+        (["run", "--local", "--local-nodes=100000"],
+         "Invalid value for '--local-nodes': 100000 is not in the range 0<=x<=8192."),
+        (["run", "--local", "--local-nodes=-1"], "Invalid value for '--local-nodes'"),
     ],
 )
 def test_bad_flags_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -222,8 +268,8 @@ def test_kcm_only_controllers_are_left_to_kcm() -> None:
 def test_a_tls_flag_pykcm_cannot_honour_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", "--tls-curve-preferences=23,29", "--tls-min-version", "VersionTLS13"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["pykcm: error: pykcm does not implement --tls-curve-preferences: ignored, it would serve other "
-                   "TLS than asked"]
+    assert err == ["pykcm: error: pykcm does not implement --tls-curve-preferences: refused, pykcm cannot honour it "
+                   "and would serve other TLS than asked"]
 
 
 @pytest.mark.parametrize(
@@ -235,3 +281,81 @@ def test_a_tls_flag_pykcm_cannot_honour_is_refused_in_one_line(capsys: pytest.Ca
 def test_bad_tls_names_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(argv) == 2
     assert capsys.readouterr().err.strip() == f"pykcm: error: {message} (see 'pykcm run --help')"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--enable-garbage-collector=maybe"],
+         'invalid argument "maybe" for "--enable-garbage-collector" flag: strconv.ParseBool: parsing "maybe": '
+         "invalid syntax"),
+        (["run", "--allocate-node-cidrs="],
+         'invalid argument "" for "--allocate-node-cidrs" flag: strconv.ParseBool: parsing "": invalid syntax'),
+        (["run", "--controllers=namespace", "--vmodule"], "flag needs an argument: --vmodule"),
+        (["run", "--cert-dir"], "flag needs an argument: --cert-dir"),
+        (["run", "--tls-curve-preferences"], "flag needs an argument: --tls-curve-preferences"),
+    ],
+)
+def test_ignored_kcm_flags_are_refused_where_kcm_refuses_their_syntax(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The built KCM v1.36.3's words, after "Error: ".
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"pykcm: error: {message}"]
+
+
+def test_ignored_kcm_flags_take_what_pflag_takes() -> None:
+    kept, found = kcmflags.split_kcm_flags(
+        ["run", "--enable-garbage-collector=F", "--vmodule", "--", "--allocate-node-cidrs", "--cert-dir="])
+    assert kept == ["run"]  # `--vmodule --`: pflag takes the next word as the value, whatever it is
+    assert found.ignored == ["--enable-garbage-collector", "--vmodule", "--allocate-node-cidrs", "--cert-dir"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "translated"),
+    [
+        (["run", "--controllers=", "--controllers=namespace"], ["run", "--controllers=namespace"]),
+        (["run", "--controllers=namespace", "--controllers="], ["run", "--controllers=namespace"]),
+        (["run", "--controllers=a,,b", "--controllers=c"], ["run", "--controllers=a,,b,c"]),  # within one: kept
+    ],
+)
+def test_an_empty_list_flag_adds_nothing_as_pflag_appends_it(argv: list[str], translated: list[str]) -> None:
+    assert cli._translate_pflag_forms(argv) == translated
+
+
+def test_an_empty_controllers_flag_is_the_empty_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[Options] = []
+    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
+    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+    assert cli.main(["run", "--controllers="]) == 0
+    assert runs[0].controllers == []
+
+
+def test_run_local_with_the_secure_port_taken_fails_before_its_cluster_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pykcm.testenv import cluster
+
+    def no_cluster(**_: object) -> None:
+        raise AssertionError("the local cluster was started")
+
+    monkeypatch.setattr(cluster, "running", no_cluster)
+    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # --local serves on 127.0.0.1 unless told otherwise; KCM's words for a taken port.
+        assert cli.main(["run", "--local", "--secure-port", str(port)]) == 1
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"pykcm: error: failed to listen on 127.0.0.1:{port}: address already in use")
+        assert cli.main(["run", "--local", "--secure-port", str(port), "--bind-address", "::"]) == 1
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"pykcm: error: failed to listen on [::]:{port}: address already in use")
+
+
+def test_help_says_local_serves_on_loopback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "With --local the default is 127.0.0.1." in text
+    assert "pykcm then serves on 127.0.0.1 unless" in text
