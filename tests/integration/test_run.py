@@ -224,6 +224,11 @@ LOCAL_RUN = ("run", "--local", "--local-nodes", "0", "--secure-port", "0", "--le
              "--controllers", "namespace")
 
 
+def _terminal_signals() -> None:
+    """In the child: SIGHUP as a terminal leaves it, whatever ran the tests (nohup ignores it)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class LocalRun:
     """`pykcm run --local` (a bare apiserver, the namespace controller), or another command given, as a
     terminal runs it: in its own process group, which gets the signals. Its temp dir is made under
@@ -238,6 +243,7 @@ class LocalRun:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pykcm.app.cli", *command, *(a.replace("{tmp}", str(self.tmp)) for a in args)],
                 stdout=out, stderr=subprocess.STDOUT, env=checkout_env({"TMPDIR": str(self.tmp)}), process_group=0,
+                preexec_fn=_terminal_signals,
             )
 
     def log(self) -> str:

@@ -31,6 +31,7 @@ def handlers_restored():
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
 def test_a_signal_raises_once_and_a_later_one_does_not_cut_the_cleanup_short(signum, code):
+    signal.signal(signum, signal.SIG_DFL)  # as in a terminal: under nohup (a CI runner's) SIGHUP is ignored
     before = signal.getsignal(signum)
     cleaned = False
     with pytest.raises(interrupts.Interrupted) as err, interrupts.interruptible():
