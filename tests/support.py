@@ -288,6 +288,29 @@ class ControllerSpy:
         return [started for k, started, _ in self.syncs if k == key]
 
 
+class LoopTurns:
+    """Counts the event loop's turns while in use (`async with LoopTurns() as turns`): a task that
+    does nothing but yield runs once per turn, so a low count means something held the loop."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> LoopTurns:
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _tick(self) -> None:
+        while True:
+            self.count += 1
+            await asyncio.sleep(0)
+
+
 def controller_of(manager: Manager, name: str) -> Controller:
     return next(c for c in manager.controllers if c.name == name)
 

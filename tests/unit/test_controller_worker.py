@@ -9,6 +9,7 @@ from pykcm.app.options import Options
 from pykcm.controller import Controller, ControllerContext
 from pykcm.controller.progress import NO_PROGRESS_AFTER, controller_stuck_reason
 from pykcm.informers.factory import SharedInformerFactory
+from tests.support import LoopTurns
 
 
 def context() -> ControllerContext:
@@ -65,22 +66,13 @@ async def test_a_backlog_of_syncs_that_never_suspend_leaves_the_loop_turns() -> 
     controller = Recording(context())
     for i in range(2000):
         controller.queue.add(f"ns/{i}")
-    turns = 0
-
-    async def tick() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    ticker = asyncio.create_task(tick())
-    runner = asyncio.create_task(controller.run())
-    while len(controller.synced) < 2000:
-        await asyncio.sleep(0.001)
-    ticker.cancel()
+    async with LoopTurns() as turns:
+        runner = asyncio.create_task(controller.run())
+        while len(controller.synced) < 2000:
+            await asyncio.sleep(0.001)
     controller.queue.shutdown()
     await runner
-    assert turns > 500  # without a turn per key the ticker ran once or twice in the whole backlog
+    assert turns.count > 500  # without a turn per key the loop turned once or twice in the whole backlog
 
 
 async def test_an_idle_controller_given_work_is_not_stuck_at_once() -> None:

@@ -70,6 +70,15 @@ def ok(body: bytes, *extra: bytes) -> bytes:
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
+def answer_once(response: bytes) -> Handler:
+    """A raw server's handler: reads one request and writes `response`, exactly as given."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(response)
+        await writer.drain()
+    return handle
+
+
 async def answer_ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """A raw server's handler: `{}` to every request, on one connection until the client closes it."""
     while await read_request(reader):

@@ -15,7 +15,7 @@ import pytest
 
 from pykcm.client.http import ConnectionPool, Timeout
 from pykcm.client.httpconnection import HTTPError, ServerDisconnected
-from tests.unit.test_http import QUICK, answer_ok, ok, raw_server, read_request
+from tests.unit.test_http import QUICK, answer_ok, answer_once, ok, raw_server, read_request
 
 
 def answer_from_a_thread(response: bytes, after: float, reset: bool = False) -> str:
@@ -112,12 +112,7 @@ async def test_a_stream_closed_twice_goes_back_to_the_pool_once() -> None:
      (b"Content-Length: 2\r\nContent-Length: 3", b"{}")],
 )
 async def test_sizes_only_go_would_read_are_read(head: bytes, body: bytes) -> None:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\n" + head + b"\r\n\r\n" + body)
-        await writer.drain()
-
-    async with raw_server(handle) as url:
+    async with raw_server(answer_once(b"HTTP/1.1 200 OK\r\n" + head + b"\r\n\r\n" + body)) as url:
         pool = ConnectionPool(url, None, limit=2)
         try:
             with pytest.raises(HTTPError, match=r"bad chunk size|bad content-length"):
@@ -127,12 +122,7 @@ async def test_sizes_only_go_would_read_are_read(head: bytes, body: bytes) -> No
 
 
 async def test_a_content_length_repeated_with_the_same_value_is_taken() -> None:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}")
-        await writer.drain()
-
-    async with raw_server(handle) as url:
+    async with raw_server(answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}")) as url:
         pool = ConnectionPool(url, None, limit=2)
         try:
             assert (await pool.request("GET", "/", {}, None, QUICK)).body == b"{}"

@@ -13,6 +13,7 @@ from pykcm.client.rest import RestClient
 from pykcm.informers.delta_queue import DeltaQueue, DeltaType
 from pykcm.informers.reflector import INITIAL_EVENTS_END, PAGE_SIZE, STREAM_YIELD_EVERY, Reflector, watch_list_enabled
 from pykcm.util.backoff import BackoffManager
+from tests.support import LoopTurns
 
 
 def cm(name: str, rv: str, **meta) -> dict:
@@ -276,18 +277,9 @@ async def test_a_long_stream_hands_the_loop_back_while_it_arrives():
                                           initial_events_end("2")]])
     queue = DeltaQueue()
     reflector, _ = streaming_reflector(client, queue)
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    [replaced] = await run_until(reflector, queue, 1)
-    task.cancel()
-    assert len(replaced.payload) == len(names) and ticks >= 3
+    async with LoopTurns() as turns:
+        [replaced] = await run_until(reflector, queue, 1)
+    assert len(replaced.payload) == len(names) and turns.count >= 3
 
 
 @pytest.mark.parametrize(("value", "enabled"), [(None, True), ("true", True), ("false", False), ("0", False)])

@@ -21,7 +21,7 @@ from pykcm.client.errors import ApiError, InternalError, ServiceUnavailable, Too
 from pykcm.client.rest import RestClient, _ThrottleLog
 from pykcm.util.log import set_verbosity
 from tests.support import loopback_server
-from tests.unit.test_http import Handler, client, ok, raw_server, read_request
+from tests.unit.test_http import Handler, answer_once, client, ok, raw_server, read_request
 
 Answer = tuple[int, dict[str, str]]  # a status code (200: a ConfigMap) and headers
 CONFIGMAP = {"kind": "ConfigMap"}
@@ -267,12 +267,7 @@ async def test_a_success_answer_that_is_not_json_is_an_error_not_a_string() -> N
 
 
 async def test_a_success_answer_without_a_type_is_read_as_the_json_asked_for() -> None:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n{"kind":"ConfigMap"}')
-        await writer.drain()
-
-    async with raw_server(handle) as url:
+    async with raw_server(answer_once(b'HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n{"kind":"ConfigMap"}')) as url:
         api = RestClient(ClientConfig(host=url, ssl_context=None))
         assert await api.request("GET", PATH) == {"kind": "ConfigMap"}
         await api.close()
