@@ -1,13 +1,16 @@
 """Where the API server is and how to authenticate.
 
-Plain kubeconfigs and the pod's service account are read by `pykcm.client.kubeconfig`; the
-`kubernetes` package loads everything else (exec/OIDC plugins, merged KUBECONFIG lists). Either
-way we only take the resulting endpoint, TLS material and a bearer-token source.
+Kubeconfigs (a KUBECONFIG list merged first, as client-go merges it) and the pod's service
+account are read by `pykcm.client.kubeconfig`; the `kubernetes` package loads exec and
+auth-provider plugins from the same merged kubeconfig. Either way we only take the resulting
+endpoint, TLS material and a bearer-token source.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import logging
 import os
 import ssl
@@ -21,15 +24,16 @@ from pykcm.client.fence import WriteFence
 from pykcm.client.kubeconfig import (
     SERVICE_ACCOUNT_DIR,
     Credentials,
+    Kubeconfig,
     KubeconfigError,
     chosen_sections,
     default_kubeconfig_path,
     impersonation_headers,
     in_cluster,
     kubeconfig_paths,
-    simple_kubeconfig,
+    load_kubeconfig,
+    simple_credentials,
 )
-from pykcm.client.kubeconfigcheck import kubeconfig_problem
 from pykcm.client.proxy import parse_proxy, proxy_for
 from pykcm.util.errors import os_error_message
 from pykcm.util.log import get_logger, one_line
@@ -91,19 +95,19 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         os.path.join(SERVICE_ACCOUNT_DIR, "token")
     )
     if kubeconfig:
-        creds = _kubeconfig_credentials(kubeconfig, context, master)
+        creds = _kubeconfig_credentials([kubeconfig], context, master)  # an explicit file: no list, no merge
     elif in_pod:
-        creds = in_cluster() or _package_credentials(None, context, in_cluster=True)
+        creds = in_cluster() or _package_credentials(None, context)
         log.info("Using the in-cluster configuration (the pod's service account token)", host=creds.host)
     elif master:
         creds = Credentials(host=master)
     else:
         if not any(map(os.path.exists, kubeconfig_paths())):
             raise ConfigError(_NO_CONFIGURATION)
-        path = default_kubeconfig_path()
         # KCM reads no default kubeconfig; pykcm does (for `pykcm run` on a laptop), and says which.
-        log.info("Using the default kubeconfig", path=path or os.environ.get("KUBECONFIG", ""), context=context or "")
-        creds = _kubeconfig_credentials(path, context, master) if path else _package_credentials(None, context)
+        path = default_kubeconfig_path() or os.environ.get("KUBECONFIG", "")
+        log.info("Using the default kubeconfig", path=path, context=context or "")
+        creds = _kubeconfig_credentials(kubeconfig_paths(), context, master)
     if master:
         creds.host = master
         creds.server_name = None  # client-go: a server on the command line clears the kubeconfig's tls-server-name
@@ -148,19 +152,23 @@ def _proxy(host: str, proxy_url: str | None) -> str | None:
     return proxy
 
 
-def _kubeconfig_credentials(path: str, context: str | None, master: str | None) -> Credentials:
-    """One kubeconfig file: refused in one line where client-go refuses it, read here where it is simple."""
-    if problem := kubeconfig_problem(path):
-        raise ConfigError(f"error loading config file {path!r}: {problem}")
+def _kubeconfig_credentials(paths: list[str], context: str | None, master: str | None) -> Credentials:
+    """The kubeconfig of `paths`, merged as client-go merges a KUBECONFIG list: refused in one line
+    where client-go refuses it, read here where it is simple, else by the package."""
+    merged = _loaded(paths)
+    if merged.empty:  # client-go: no configuration has been provided, unless --master is one
+        if master:
+            return Credentials(host=master)
+        raise ConfigError(_NO_CONFIGURATION)
     try:
-        creds = simple_kubeconfig(path, context, master)
+        creds = simple_credentials(merged, context, master)
     except KubeconfigError as err:
         raise ConfigError(str(err)) from None
     if creds is not None:
         return creds
     with _package_errors() as errors:
-        creds = _package_credentials(path, context)
-    if sections := chosen_sections(path, context):  # what the package does not carry over
+        creds = _package_credentials(merged, context)
+    if sections := chosen_sections(merged, context):  # what the package does not carry over
         cluster, user = sections
         creds.server_name = cluster.get("tls-server-name") or None
         creds.proxy_url = cluster.get("proxy-url") or None
@@ -191,24 +199,36 @@ def server_url(host: str, tls: bool) -> str:
     return parts.geturl().rstrip("/")
 
 
-def _package_credentials(kubeconfig: str | None, context: str | None, in_cluster: bool = False) -> Credentials:
-    """What the `kubernetes` package loads: auth plugins, merged KUBECONFIG lists, and its messages."""
+def _loaded(paths: list[str]) -> Kubeconfig:
+    try:
+        return load_kubeconfig(paths)
+    except KubeconfigError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _package_credentials(kubeconfig: Kubeconfig | str | None, context: str | None) -> Credentials:
+    """What the `kubernetes` package loads: auth plugins, and its messages. `kubeconfig` is merged
+    already (a path: that one file); None is the pod's service account."""
     from kubernetes import client as k8s_client  # imported only here: see pykcm.client.kubeconfig
     from kubernetes import config as k8s_config
+    from kubernetes.config.kube_config import KubeConfigLoader
 
+    merged = _loaded([kubeconfig]) if isinstance(kubeconfig, str) else kubeconfig
     cfg = k8s_client.Configuration()
     try:
-        if in_cluster:
+        if merged is None:
             k8s_config.load_incluster_config(client_configuration=cfg)
         else:
-            k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+            # Not load_kube_config: it would merge KUBECONFIG its own way (the last current-context
+            # wins, an empty file is an error). A refreshed auth-provider token is written back to
+            # the file it came from, as the package (and client-go) do; an exec plugin runs in our
+            # working directory, as client-go runs it.
+            saved = copy.deepcopy(merged.files)
+            loader = KubeConfigLoader(merged.resolved(), active_context=context,
+                                      config_persister=functools.partial(merged.write_back, saved))
+            loader.load_and_set(cfg)
     except Exception as exc:  # the package raises several unrelated types; the user needs one line
-        paths = [] if in_cluster else [kubeconfig] if kubeconfig else kubeconfig_paths()
-        for path in filter(os.path.exists, paths):
-            if problem := kubeconfig_problem(path):
-                raise ConfigError(f"error loading config file {path!r}: {problem}") from None
-        detail = one_line(exc)
-        raise ConfigError(f"invalid configuration: {detail}") from None
+        raise ConfigError(f"invalid configuration: {one_line(exc)}") from None
     return Credentials(
         host=cfg.host or "",
         ca_file=cfg.ssl_ca_cert,

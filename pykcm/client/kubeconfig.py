@@ -3,9 +3,10 @@
 Importing the package costs about 0.25 s of CPU at every start (it brings requests, oauthlib,
 pydantic and its generated client), while most controller managers run with a kubeconfig that
 holds a server, TLS files or data, a token or token file (maybe with impersonation, a proxy or a
-TLS server name), or in a pod with its service account. Those are read here. Exec and
-auth-provider plugins and KUBECONFIG lists to merge are left to the package (`simple_kubeconfig`
-returns None); what client-go would refuse is refused first, in one line (kubeconfigcheck.py).
+TLS server name), or in a pod with its service account. Those are read here. A KUBECONFIG list
+is merged here as client-go merges it (`load_kubeconfig`) and then read as one file. Exec and
+auth-provider plugins are left to the package (`simple_credentials` returns None); what client-go
+would refuse is refused first, in one line (kubeconfigcheck.py).
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ import atexit
 import base64
 import binascii
 import contextlib
+import copy
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from pykcm.client.kubeconfigcheck import conflict, load_yaml
+from pykcm.client.kubeconfigcheck import conflict, read_kubeconfig
 from pykcm.util.hostport import join_host_port
 from pykcm.util.log import one_line
 
@@ -38,6 +40,9 @@ _USER_KEYS = {"client-certificate", "client-certificate-data", "client-key", "cl
               "username", "password", "as", "as-uid", "as-groups", "as-user-extra"}
 _CONTEXT_KEYS = {"cluster", "user", "namespace"}
 _IGNORED_KEYS = {"extensions"}  # read by no client
+# The fields holding paths, which client-go reads against the directory of the file naming them
+# (ResolveLocalPaths); an exec command too, if it holds a path separator (else it is looked up in PATH).
+_PATH_KEYS = {"cluster": ("certificate-authority",), "user": ("client-certificate", "client-key", "tokenFile")}
 
 
 class KubeconfigError(Exception):
@@ -98,36 +103,112 @@ def in_cluster() -> Credentials | None:
     return Credentials(host=f"https://{join_host_port(host, port)}", ca_file=ca_path, token_source=token)
 
 
-def simple_kubeconfig(path: str, context: str | None = None, master: str | None = None) -> Credentials | None:
+@dataclass
+class Kubeconfig:
+    """A kubeconfig as client-go's ClientConfigLoadingRules.Load makes it of one file or many.
+
+    Each cluster, user and context is the first file's to name it, whole: nothing of a later
+    file's entry of that name is merged in. current-context is the first file's to set one.
+    Preferences and extensions, which no client reads, are not merged."""
+
+    doc: dict[str, Any] = field(default_factory=lambda: {"clusters": [], "users": [], "contexts": []})
+    # The directory of the file each entry came from, by (kind, name): its relative paths are read there.
+    bases: dict[tuple[str, Any], str] = field(default_factory=dict)
+    # Each file's document as read, sharing its entries with `doc` (see `write_back`).
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, path: str, doc: dict[str, Any]) -> None:
+        base = os.path.dirname(os.path.abspath(path))
+        for kind in ("cluster", "user", "context"):
+            for entry in doc.get(f"{kind}s") or ():
+                if (kind, entry.get("name")) not in self.bases:
+                    self.bases[kind, entry.get("name")] = base
+                    self.doc[f"{kind}s"].append(entry)
+        if doc.get("current-context") and not self.doc.get("current-context"):
+            self.doc["current-context"] = doc["current-context"]
+        self.files[path] = doc
+
+    @property
+    def empty(self) -> bool:
+        """client-go's IsConfigEmpty: no configuration at all (which --master alone may stand in for)."""
+        return not (self.bases or self.doc.get("current-context"))
+
+    def resolved(self) -> dict[str, Any]:
+        """The document with relative paths made absolute, each against its own file's directory,
+        for the package (which would read all of them against one). Sections are copied, not their
+        nested mappings: an auth provider's refreshed token lands in the files' documents."""
+        doc = dict(self.doc)
+        for kind, keys in _PATH_KEYS.items():
+            doc[f"{kind}s"] = [
+                {**entry, kind: _resolved(entry[kind], keys, self.bases[kind, entry.get("name")])}
+                if isinstance(entry.get(kind), dict) else entry
+                for entry in self.doc[f"{kind}s"]
+            ]
+        return doc
+
+    def write_back(self, saved: dict[str, Any]) -> None:
+        """Write each file whose document changed since `saved` (a deep copy of `files`, updated here):
+        an auth provider's refreshed token goes to the file its user came from, as client-go persists it."""
+        for path, doc in self.files.items():
+            if doc != saved.get(path):
+                with open(path, "w") as f:
+                    yaml.safe_dump(doc, f, default_flow_style=False)
+                saved[path] = copy.deepcopy(doc)
+
+
+def load_kubeconfig(paths: Iterable[str]) -> Kubeconfig:
+    """The files of `paths` merged into one kubeconfig, as client-go loads a KUBECONFIG list.
+
+    A file listed twice is read once; a missing or empty one is skipped (--kubeconfig's file is
+    checked to exist before); one that client-go cannot decode is an error naming it, even where
+    the other files hold all that is used."""
+    merged = Kubeconfig()
+    for path in dict.fromkeys(paths):
+        try:
+            doc, problem = read_kubeconfig(path)
+        except FileNotFoundError:
+            continue
+        if problem:
+            raise KubeconfigError(f"error loading config file {path!r}: {problem}")
+        if doc:
+            merged.add(path, doc)
+    return merged
+
+
+def simple_credentials(config: Kubeconfig, context: str | None = None, master: str | None = None) -> Credentials | None:
     """The credentials of a kubeconfig this reader fully understands, else None (the package reads it).
 
     Raises KubeconfigError for what client-go refuses in the context in use. `master` stands in
     for a cluster without a server, as `--master` is merged into the kubeconfig's cluster.
     """
-    base = os.path.dirname(os.path.abspath(path))
-    try:
-        chosen = _chosen(load_yaml(path), context)
-    except (OSError, yaml.YAMLError):
-        return None
+    chosen = _chosen(config.doc, context)
     if chosen is None:
         return None
     cluster_name, cluster, user_name, user = chosen
-    if problem := conflict(cluster_name, cluster, user_name, user, base):
+    cluster_base = config.bases.get(("cluster", cluster_name), "")
+    bases = (cluster_base, config.bases.get(("user", user_name), cluster_base))  # a context without a user
+    if problem := conflict(cluster_name, cluster, user_name, user, bases):
         raise KubeconfigError(f"invalid configuration: {problem}")
     if not set(cluster) <= _CLUSTER_KEYS | _IGNORED_KEYS or not set(user) <= _USER_KEYS | _IGNORED_KEYS:
         return None
     try:
-        return _credentials(cluster, user, base, master)
+        return _credentials(cluster, user, bases, master)
     except (OSError, binascii.Error, ValueError) as exc:
         raise KubeconfigError(f"invalid configuration: {one_line(exc)}") from None
 
 
-def chosen_sections(path: str, context: str | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The cluster and user sections of the context in use, or None where they cannot be found."""
+def simple_kubeconfig(path: str, context: str | None = None, master: str | None = None) -> Credentials | None:
+    """`simple_credentials` of the one file at `path`; None also for a file that cannot be decoded."""
     try:
-        chosen = _chosen(load_yaml(path), context)
-    except (OSError, yaml.YAMLError):
+        config = load_kubeconfig([path])
+    except KubeconfigError:
         return None
+    return simple_credentials(config, context, master)
+
+
+def chosen_sections(config: Kubeconfig, context: str | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The cluster and user sections of the context in use, or None where they cannot be found."""
+    chosen = _chosen(config.doc, context)
     return (chosen[1], chosen[3]) if chosen else None
 
 
@@ -141,6 +222,18 @@ def default_kubeconfig_path() -> str | None:
     """$KUBECONFIG when it names one file, else ~/.kube/config; None for a list to merge."""
     paths = kubeconfig_paths()
     return paths[0] if len(paths) == 1 else None
+
+
+def _resolved(section: dict[str, Any], keys: tuple[str, ...], base: str) -> dict[str, Any]:
+    section = dict(section) | {key: _resolve(base, section[key]) for key in keys if section.get(key)}
+    command = section["exec"].get("command") if isinstance(section.get("exec"), dict) else None
+    if isinstance(command, str) and os.sep in command:
+        section["exec"] = {**section["exec"], "command": _resolve(base, command)}
+    return section
+
+
+def _resolve(base: str, path: Any) -> Any:
+    return os.path.normpath(os.path.join(base, path)) if isinstance(path, str) else path
 
 
 def _named(doc: dict[str, Any], kind: str, name: Any) -> dict[str, Any] | None:
@@ -164,16 +257,17 @@ def _chosen(doc: Any, context_name: str | None) -> tuple[str, dict[str, Any], st
     return context.get("cluster", ""), cluster, context.get("user", ""), user
 
 
-def _credentials(cluster: dict[str, Any], user: dict[str, Any], base: str, master: str | None) -> Credentials | None:
+def _credentials(cluster: dict[str, Any], user: dict[str, Any], bases: tuple[str, str],
+                 master: str | None) -> Credentials | None:
     server = cluster.get("server") or master
     if not server:
         return None
     creds = Credentials(host=server.rstrip("/"), verify_tls=not cluster.get("insecure-skip-tls-verify"),
                         server_name=cluster.get("tls-server-name") or None, proxy_url=cluster.get("proxy-url") or None)
-    creds.ca_file = _file_or_data(cluster, "certificate-authority", base)
-    creds.cert_file = _file_or_data(user, "client-certificate", base)
-    creds.key_file = _file_or_data(user, "client-key", base)
-    creds.token_source = _token_source(user, base)
+    creds.ca_file = _file_or_data(cluster, "certificate-authority", bases[0])
+    creds.cert_file = _file_or_data(user, "client-certificate", bases[1])
+    creds.key_file = _file_or_data(user, "client-key", bases[1])
+    creds.token_source = _token_source(user, bases[1])
     creds.impersonate = impersonation_headers(user)
     return creds
 

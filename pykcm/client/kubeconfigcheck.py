@@ -1,10 +1,11 @@
 """What client-go refuses in a kubeconfig, said in one line before anything is read from it.
 
-Two kinds of refusal: a file whose fields have the wrong types, which client-go cannot even
-decode ("error loading config file": a quoted "false" for `insecure-skip-tls-verify` is a
-string, not a boolean, where Python's truthiness would turn TLS verification off), and settings
-of the context in use that contradict each other (clientcmd's validation.go and the transport:
-a CA file and CA data, a CA with `insecure-skip-tls-verify`, two ways to authenticate).
+Two kinds of refusal: a file whose fields have the wrong types or that names an entry twice,
+which client-go cannot even decode ("error loading config file": a quoted "false" for
+`insecure-skip-tls-verify` is a string, not a boolean, where Python's truthiness would turn TLS
+verification off), and settings of the context in use that contradict each other (clientcmd's
+validation.go and the transport: a CA file and CA data, a CA with `insecure-skip-tls-verify`, two
+ways to authenticate).
 """
 
 from __future__ import annotations
@@ -38,22 +39,30 @@ def load_yaml(path: str) -> Any:
         return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
-def kubeconfig_problem(path: str) -> str | None:
-    """Why the file at `path` cannot be decoded as a kubeconfig, in one line, or None.
+def read_kubeconfig(path: str) -> tuple[Any, str | None]:
+    """The document at `path` (None for an empty file) and why client-go cannot decode it as a
+    kubeconfig, in one line, or None.
 
     These are the files client-go refuses with "error loading config file" (unreadable, not
-    YAML, not a mapping, sections or fields of the wrong type); the package would fail on some
-    with Python's own messages ("'str' object does not support item assignment") and read others
-    wrongly.
+    YAML, not a mapping, sections or fields of the wrong type, a name twice in a section); the
+    package would fail on some with Python's own messages ("'str' object does not support item
+    assignment") and read others wrongly. A missing file raises FileNotFoundError: client-go skips
+    it in a KUBECONFIG list.
     """
     try:
         doc = load_yaml(path)
+    except FileNotFoundError:
+        raise
     except OSError as exc:
-        return exc.strerror or str(exc)
+        return None, exc.strerror or str(exc)
     except yaml.YAMLError as exc:
-        return "not YAML: " + one_line(exc)
+        return None, "not YAML: " + one_line(exc)
+    return doc, _document_problem(doc)
+
+
+def _document_problem(doc: Any) -> str | None:
     if doc is None:
-        return None  # empty: the package says so
+        return None  # empty: no configuration, which is no error while loading
     if not isinstance(doc, dict):
         return f"not a kubeconfig: the file holds a YAML {_type_name(doc)}, not a mapping"
     for kind in ("cluster", "context", "user"):
@@ -62,13 +71,19 @@ def kubeconfig_problem(path: str) -> str | None:
             continue
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             return f"'{kind}s' must be a list of mappings"
+        names: set[str] = set()
         for entry in entries:
-            section = entry.get(kind, {})
+            section, name = entry.get(kind, {}), entry.get("name") or ""
             if not isinstance(section, dict):
                 return f"each '{kind}s' entry's '{kind}' must be a mapping"
+            if not isinstance(name, str):
+                return f"each '{kind}s' entry's 'name' must be a string"
             if problem := _field_problem(kind, entry.get("name"), section):
                 return problem
-    if not isinstance(doc.get("current-context", ""), str):
+            if name in names:  # client-go decodes each list into a map by name
+                return f"duplicate name {name!r} in '{kind}s'"
+            names.add(name)
+    if not isinstance(doc.get("current-context") or "", str):  # null, as in Go, is no current context
         return "'current-context' must be a string"
     return None
 
@@ -91,16 +106,18 @@ def _type_name(value: Any) -> str:
     return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
-def conflict(cluster_name: str, cluster: dict[str, Any], user_name: str, user: dict[str, Any], base: str) -> str | None:
+def conflict(cluster_name: str, cluster: dict[str, Any], user_name: str, user: dict[str, Any],
+             bases: tuple[str, str]) -> str | None:
     """The first contradiction in the context's cluster and user that client-go refuses, or None.
 
-    Relative paths are read against `base`, the kubeconfig's directory, as client-go resolves them.
+    Relative paths are read against `bases`, the directories of the kubeconfigs the cluster and
+    the user come from, as client-go resolves them.
     """
     ca_file, ca_data = cluster.get("certificate-authority"), cluster.get("certificate-authority-data")
     if ca_file and ca_data:
         return (f"certificate-authority-data and certificate-authority are both specified for {cluster_name}. "
                 "certificate-authority-data will override.")
-    if ca_file and (problem := _unreadable(base, ca_file)):
+    if ca_file and (problem := _unreadable(bases[0], ca_file)):
         return f"unable to read certificate-authority {ca_file} for {cluster_name} due to {problem}"
     if (ca_file or ca_data) and cluster.get("insecure-skip-tls-verify"):
         return "specifying a root certificates file with the insecure flag is not allowed"
@@ -116,7 +133,7 @@ def conflict(cluster_name: str, cluster: dict[str, Any], user_name: str, user: d
             return f"client-key-data or client-key must be specified for {user_name} to use the clientCert " \
                    "authentication method."
         for what, path in (("client-cert", cert_file), ("client-key", key_file)):
-            if path and (problem := _unreadable(base, path)):
+            if path and (problem := _unreadable(bases[1], path)):
                 return f"unable to read {what} {path} for {user_name} due to {problem}"
     if not user.get("as") and (user.get("as-uid") or user.get("as-groups") or user.get("as-user-extra")):
         return f"requesting uid, groups or user-extra for {user_name} without impersonating a user"

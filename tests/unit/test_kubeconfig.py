@@ -180,7 +180,7 @@ def test_unreadable_files_go_to_the_package(tmp_path: Path, content: str) -> Non
     assert simple_kubeconfig(str(path)) is None
 
 
-def test_a_kubeconfig_list_goes_to_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_only_a_list_of_one_file_names_a_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("KUBECONFIG", f"{tmp_path}/a:{tmp_path}/b")
     assert kubeconfig.default_kubeconfig_path() is None
     monkeypatch.setenv("KUBECONFIG", f"{tmp_path}/a")
