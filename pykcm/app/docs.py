@@ -41,7 +41,8 @@ def flags_markdown() -> str:
 
 
 def metrics_markdown() -> str:
-    """Every metric family pykcm registers, with its type and help."""
+    """Every metric family pykcm registers on /metrics, with its type and HELP (for a family KCM also
+    has, led by its stability level as KCM prints it), by the name it is scraped under."""
     from prometheus_client import REGISTRY
 
     import pykcm.app.manager  # noqa: F401 - imports every layer, which registers its collectors
@@ -50,9 +51,10 @@ def metrics_markdown() -> str:
     discover_controllers()  # controllers register their own metrics when imported
 
     rows = ["| metric | type | meaning |", "| --- | --- | --- |"]
-    families = sorted(REGISTRY.collect(), key=lambda f: f.name)
-    for family in families:
-        name = family.name + ("_total" if family.type == "counter" else "")
+    # prometheus_client names a counter family without its `_total`, which the scrape adds.
+    named = sorted(((family.name + ("_total" if family.type == "counter" else ""), family)
+                    for family in REGISTRY.collect()), key=lambda pair: pair[0])
+    for name, family in named:
         if name.startswith(("python_", "process_")):
             continue
         rows.append(f"| `{name}` | {family.type} | {' '.join(family.documentation.split())} |")

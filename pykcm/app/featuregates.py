@@ -22,13 +22,18 @@ it ignores it.
 
 Controllers ask `Options.feature_enabled("<name>")` (they sit below this layer). /flagz shows the
 flag as KCM's does (`flag_text`); /configz shows no gates, as KCM's KubeControllerManagerConfiguration
-has no field for them.
+has no field for them. /metrics has component-base's `kubernetes_feature_enabled{name,stage}` for
+each gate pykcm knows (KCM lists all of its own), set once `validate` accepts the settings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from prometheus_client import Gauge
+
+from pykcm.util import metricopts
 
 ALL_BETA = "AllBeta"
 ATOMIC_FIFO = "AtomicFIFO"
@@ -74,6 +79,15 @@ HELP = (
     "LogarithmicScaleDown and OrderedNamespaceDeletion are locked to true. Any other gate is accepted and named "
     "in the warning about ignored flags."
 )
+
+# component-base's featuregate metric, with the stage as KCM prints it: a GA gate's is "".
+feature_enabled = Gauge(
+    "kubernetes_feature_enabled",
+    metricopts.kcm_help(metricopts.BETA,
+                        "This metric records the data about the stage and enablement of a k8s feature."),
+    ["name", "stage"],
+)
+_STAGE_LABEL = {BETA: "BETA", GA: ""}
 
 
 class FeatureGateError(ValueError):
@@ -123,6 +137,15 @@ def validate(gates: Mapping[str, bool]) -> None:
                 errors.append(f"{gate} is enabled, but depends on features that are disabled: [{' '.join(off)}]")
     if errors:  # utilerrors.NewAggregate's text
         raise FeatureGateError(errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]")
+    # Every start validates its final settings here (Options.validate), as KCM records its gates
+    # once its flags are set and valid, before it runs.
+    record_metrics(gates)
+
+
+def record_metrics(gates: Mapping[str, bool]) -> None:
+    """kubernetes_feature_enabled: 1 or 0 for every gate pykcm knows, as `enabled` answers (KCM's AddMetrics)."""
+    for name in sorted(GATES):  # added in the order Go's registry prints them
+        feature_enabled.labels(name, _STAGE_LABEL[GATES[name].stage]).set(enabled(gates, name))
 
 
 def enabled(gates: Mapping[str, bool], name: str) -> bool:

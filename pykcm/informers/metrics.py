@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
+from pykcm.util.metricopts import ALPHA, kcm_help
 from pykcm.util.promlabels import Children
 
 disable_created_metrics()
@@ -13,16 +14,18 @@ disable_created_metrics()
 INFORMER_NAME = "pykcm"
 _CLIENT_GO_LABELS = ["name", "group", "version", "resource"]
 
+# client-go's FIFO families, ALPHA in component-base (metrics/prometheus/clientgo/fifo).
 informer_queued_items = Gauge(
-    "informer_queued_items", "Number of items currently queued in the FIFO.", _CLIENT_GO_LABELS
+    "informer_queued_items", kcm_help(ALPHA, "Number of items currently queued in the FIFO."), _CLIENT_GO_LABELS
 )
 informer_processing_latency = Histogram(
-    "informer_processing_latency_seconds", "Time taken to process events after popping from the queue.",
+    "informer_processing_latency_seconds",
+    kcm_help(ALPHA, "Time taken to process events after popping from the queue."),
     _CLIENT_GO_LABELS, buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 informer_store_resource_version = Gauge(
-    "informer_store_resource_version", "The 15 least significant digits of the resource version of the store.",
-    _CLIENT_GO_LABELS,
+    "informer_store_resource_version",
+    kcm_help(ALPHA, "The 15 least significant digits of the resource version of the store."), _CLIENT_GO_LABELS,
 )
 
 informer_events = Counter(

@@ -12,19 +12,25 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 
 from pykcm.util.log import get_logger
+from pykcm.util.metricopts import ALPHA, STABLE, kcm_help
 from pykcm.util.process import process_start_time
 
 log = get_logger("healthz")
 disable_created_metrics()
 
 # /metrics/slis: component-base's SLI registry, served apart from /metrics, with what every
-# aggregated health endpoint's checks returned (their STABLE families, and the start time).
+# aggregated health endpoint's checks returned (their STABLE families, and the start time, which
+# component-base registers there as its own ALPHA family where /metrics has Go's, unprefixed).
 SLI_REGISTRY = CollectorRegistry()
-healthcheck = Gauge("kubernetes_healthcheck", "This metric records the result of a single healthcheck.",
-                    ["name", "type"], registry=SLI_REGISTRY)
-healthchecks_total = Counter("kubernetes_healthchecks_total", "This metric records the results of all healthcheck.",
-                             ["name", "type", "status"], registry=SLI_REGISTRY)
-Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+healthcheck = Gauge(
+    "kubernetes_healthcheck", kcm_help(STABLE, "This metric records the result of a single healthcheck."),
+    ["name", "type"], registry=SLI_REGISTRY,
+)
+healthchecks_total = Counter(
+    "kubernetes_healthchecks_total", kcm_help(STABLE, "This metric records the results of all healthcheck."),
+    ["name", "type", "status"], registry=SLI_REGISTRY,
+)
+Gauge("process_start_time_seconds", kcm_help(ALPHA, "Start time of the process since unix epoch in seconds."),
       registry=SLI_REGISTRY).set(process_start_time())
 
 

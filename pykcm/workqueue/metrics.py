@@ -14,36 +14,30 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_creat
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pykcm.util.metricopts import BETA, exponential_buckets, kcm_help
+
 disable_created_metrics()
-
-
-def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
-    """Prometheus Go client's ExponentialBuckets, by repeated multiplication as it does: the same
-    floats to the last bit (9.999999999999999e-06, not 1e-05), so the `le` labels match KCM's."""
-    buckets = []
-    for _ in range(count):
-        buckets.append(start)
-        start *= factor
-    return tuple(buckets)
-
 
 WORKQUEUE_BUCKETS = exponential_buckets(10e-9, 10, 10)
 
-workqueue_depth = Gauge("workqueue_depth", "Current depth of workqueue", ["name"])
-workqueue_adds = Counter("workqueue_adds_total", "Total number of adds handled by workqueue", ["name"])
+# Every workqueue family is BETA in component-base.
+workqueue_depth = Gauge("workqueue_depth", kcm_help(BETA, "Current depth of workqueue"), ["name"])
+workqueue_adds = Counter("workqueue_adds_total", kcm_help(BETA, "Total number of adds handled by workqueue"), ["name"])
 workqueue_queue_duration = Histogram(
     "workqueue_queue_duration_seconds",
-    "How long in seconds an item stays in workqueue before being requested.",
+    kcm_help(BETA, "How long in seconds an item stays in workqueue before being requested."),
     ["name"],
     buckets=WORKQUEUE_BUCKETS,
 )
 workqueue_work_duration = Histogram(
     "workqueue_work_duration_seconds",
-    "How long in seconds processing an item from workqueue takes.",
+    kcm_help(BETA, "How long in seconds processing an item from workqueue takes."),
     ["name"],
     buckets=WORKQUEUE_BUCKETS,
 )
-workqueue_retries = Counter("workqueue_retries_total", "Total number of retries handled by workqueue", ["name"])
+workqueue_retries = Counter(
+    "workqueue_retries_total", kcm_help(BETA, "Total number of retries handled by workqueue"), ["name"]
+)
 
 
 
@@ -126,14 +120,14 @@ class _WorkQueueProgress(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
         unfinished = GaugeMetricFamily(
             "workqueue_unfinished_work_seconds",
-            "How many seconds of work has done that is in progress and hasn't been observed by "
-            "work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by "
-            "observing the rate at which this increases.",
+            kcm_help(BETA, "How many seconds of work has done that is in progress and hasn't been observed by "
+                     "work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads "
+                     "by observing the rate at which this increases."),
             labels=["name"],
         )
         longest = GaugeMetricFamily(
             "workqueue_longest_running_processor_seconds",
-            "How many seconds has the longest running processor for workqueue been running.",
+            kcm_help(BETA, "How many seconds has the longest running processor for workqueue been running."),
             labels=["name"],
         )
         now = time.monotonic()

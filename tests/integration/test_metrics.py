@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pykcm.client.resources import NAMESPACES, REPLICASETS
+from pykcm.client.errors import NotFound
+from pykcm.client.resources import NAMESPACES, REPLICASETS, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
 from pykcm.testenv.controlplane import ControlPlane
 from tests.support import (
@@ -48,6 +49,26 @@ def buckets(text: str, histogram: str, labels: dict[str, str]) -> list[str]:
     return []
 
 
+def help_of(text: str, family: str) -> str | None:
+    prefix = f"# HELP {family} "
+    return next((line[len(prefix):] for line in text.splitlines() if line.startswith(prefix)), None)
+
+
+async def service_account_token(client: RestClient, namespace: str) -> str:
+    """A token of the namespace's `default` service account, once the serviceaccount controller made it."""
+    async def made() -> bool:
+        try:
+            await client.get(SERVICEACCOUNTS, "default", namespace)
+        except NotFound:
+            return False
+        return True
+
+    await wait_for(made, timeout=20, message="default service account")
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+    answer = await client.request("POST", SERVICEACCOUNTS.path(namespace, "default", "token"), body=request)
+    return answer["status"]["token"]
+
+
 def label_values(text: str) -> set[str]:
     return {v for family in text_string_to_metric_families(text) for s in family.samples for v in s.labels.values()}
 
@@ -77,6 +98,12 @@ async def test_scenario_47_metrics_have_client_go_names_labels_and_buckets(
                 return text if adds >= adds_before + len(names) and done >= len(names) else None  # added and synced
 
             text = await wait_for(scraped_after_work, timeout=20, interval=0.5, message="replicaset queue adds")
+            # The secure port's own metrics, with the apiserver's TokenReview and SubjectAccessReview.
+            token = await service_account_token(client, namespace)
+            assert (await https_get(url, token=token))[0] == 403  # authenticated, then RBAC has no opinion
+            assert (await https_get(url, token=f"{token}x"))[0] == 401
+            auth = (await https_get(url, cert=cert))[1]
+            slis = (await https_get(url.replace("/metrics", "/metrics/slis"), cert=cert))[1]
     finally:
         with contextlib.suppress(Exception):
             await client.delete(NAMESPACES, namespace)
@@ -118,6 +145,32 @@ async def test_scenario_47_metrics_have_client_go_names_labels_and_buckets(
 
     # Process metrics from prometheus_client's default collectors.
     assert sample(text, "process_resident_memory_bytes") is not None
+
+    # HELP as KCM prints it: component-base's stability level first, for the families KCM has.
+    assert help_of(text, "workqueue_adds_total") == "[BETA] Total number of adds handled by workqueue"
+    assert help_of(text, "rest_client_requests_total") == (
+        "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.")
+    assert help_of(slis, "kubernetes_healthcheck") == "[STABLE] This metric records the result of a single healthcheck."
+    assert help_of(slis, "process_start_time_seconds") == (
+        "[ALPHA] Start time of the process since unix epoch in seconds.")  # /metrics' (Go's collector's) has none
+    assert not help_of(text, "process_start_time_seconds").startswith("[")  # type: ignore[union-attr]
+    assert not help_of(text, "pykcm_controller_sync_duration_seconds").startswith("[")  # type: ignore[union-attr]
+    assert help_of(text, "kubernetes_feature_enabled") is not None
+
+    # Delegated authentication and authorization, as KCM counts them: one review each for the token,
+    # one TokenReview for the bad token (a 201 saying "not authenticated", an error to the filter).
+    def delta(name: str, labels: dict[str, str]) -> float:
+        return (sample(auth, name, labels) or 0.0) - (sample(before, name, labels) or 0.0)
+
+    assert delta("apiserver_delegated_authn_request_total", {"code": "201"}) == 2
+    assert delta("apiserver_delegated_authn_request_duration_seconds_count", {"code": "201"}) == 2
+    assert delta("apiserver_delegated_authz_request_total", {"code": "201"}) == 1
+    # Go names this counter without `_total`, and so does the text; prometheus_client's parser adds it.
+    assert 'authentication_attempts{result="error"} ' in auth and "authentication_attempts_total" not in auth
+    assert delta("authentication_attempts_total", {"result": "error"}) == 1
+    assert delta("authorization_attempts_total", {"result": "no-opinion"}) == 1
+    assert delta("authentication_attempts_total", {"result": "success"}) >= 2  # the scrapes' admin certificate too
+    assert delta("authorization_attempts_total", {"result": "allowed"}) >= 2  # system:masters
 
     # Bounded cardinality: no label value is an object's name.
     assert not ({namespace, *names} & label_values(text))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY, generate_latest
 
 from pykcm.app import cli, featuregates
 from pykcm.app.options import Options, OptionsError
@@ -137,6 +138,33 @@ def test_only_gates_pykcm_acts_on_warn_of_nothing(started: tuple[RecordingLog, l
     assert runs[0].feature_gates == {"PodDeletionCost": False, "AllBeta": True}
     assert runs[0].flagz["feature-gates"] == "kube:PodDeletionCost=false,kube:AllBeta=true"
     assert log.lines == []
+
+
+def test_kubernetes_feature_enabled_shows_every_gate_pykcm_knows_as_set_by_the_flag(
+    started: tuple[RecordingLog, list[Options]],
+) -> None:
+    """component-base's gauge, as KCM v1.36.3 prints it for these gates: the stage BETA, or "" for GA."""
+    assert cli.main(["run", "--feature-gates=PodDeletionCost=false,AtomicFIFO=true,Foo=true"]) == 0
+    lines = [line for line in generate_latest(REGISTRY).decode().splitlines() if "kubernetes_feature_enabled" in line]
+    assert lines == [
+        "# HELP kubernetes_feature_enabled [BETA] This metric records the data about the stage and enablement of a k8s "
+        "feature.",
+        "# TYPE kubernetes_feature_enabled gauge",
+        'kubernetes_feature_enabled{name="AllBeta",stage="BETA"} 0.0',
+        'kubernetes_feature_enabled{name="AtomicFIFO",stage="BETA"} 1.0',
+        'kubernetes_feature_enabled{name="ComponentFlagz",stage="BETA"} 1.0',
+        'kubernetes_feature_enabled{name="ComponentStatusz",stage="BETA"} 1.0',
+        'kubernetes_feature_enabled{name="DeploymentReplicaSetTerminatingReplicas",stage="BETA"} 1.0',
+        'kubernetes_feature_enabled{name="LogarithmicScaleDown",stage=""} 1.0',
+        'kubernetes_feature_enabled{name="OrderedNamespaceDeletion",stage=""} 1.0',
+        'kubernetes_feature_enabled{name="PodDeletionCost",stage="BETA"} 0.0',  # the flag's
+        'kubernetes_feature_enabled{name="StaleControllerConsistencyReplicaSet",stage="BETA"} 1.0',
+    ]  # Foo is no gate pykcm knows, so not listed
+    assert cli.main(["run", "--feature-gates=AllBeta=true"]) == 0  # a later start shows its own settings
+    assert REGISTRY.get_sample_value("kubernetes_feature_enabled", {"name": "PodDeletionCost", "stage": "BETA"}) == 1
+    assert REGISTRY.get_sample_value("kubernetes_feature_enabled", {"name": "AllBeta", "stage": "BETA"}) == 1
+    assert cli.main(["run", "--feature-gates=AllBeta=false"]) == 0
+    assert REGISTRY.get_sample_value("kubernetes_feature_enabled", {"name": "AtomicFIFO", "stage": "BETA"}) == 0
 
 
 def test_flagz_and_help() -> None:
