@@ -43,6 +43,7 @@ DEPLOYMENT_REPLICASET_TERMINATING_REPLICAS = "DeploymentReplicaSetTerminatingRep
 LOGARITHMIC_SCALE_DOWN = "LogarithmicScaleDown"
 ORDERED_NAMESPACE_DELETION = "OrderedNamespaceDeletion"
 POD_DELETION_COST = "PodDeletionCost"
+WATCH_LIST_CLIENT = "WatchListClient"
 STALE_CONTROLLER_CONSISTENCY_REPLICASET = "StaleControllerConsistencyReplicaSet"
 
 BETA, GA = "BETA", "GA"
@@ -67,6 +68,7 @@ GATES: dict[str, Gate] = {
     ORDERED_NAMESPACE_DELETION: Gate(True, GA, locked=True),
     POD_DELETION_COST: Gate(True, BETA),
     STALE_CONTROLLER_CONSISTENCY_REPLICASET: Gate(True, BETA),
+    WATCH_LIST_CLIENT: Gate(True, BETA),  # client-go's, which KCM takes into its own gates
 }
 # kube_features.go's defaultKubernetesFeatureGateDependencies, for the gates above.
 DEPENDENCIES: dict[str, tuple[str, ...]] = {STALE_CONTROLLER_CONSISTENCY_REPLICASET: (ATOMIC_FIFO,)}
@@ -74,8 +76,8 @@ DEPENDENCIES: dict[str, tuple[str, ...]] = {STALE_CONTROLLER_CONSISTENCY_REPLICA
 HELP = (
     "Comma-separated component:key=value pairs that describe feature gates, as KCM's (the component is 'kube' "
     "or left out; repeatable). pykcm acts on DeploymentReplicaSetTerminatingReplicas, "
-    "StaleControllerConsistencyReplicaSet, PodDeletionCost, ComponentFlagz and ComponentStatusz (BETA - "
-    "default=true) and AllBeta; "
+    "StaleControllerConsistencyReplicaSet, PodDeletionCost, WatchListClient, ComponentFlagz and ComponentStatusz "
+    "(BETA - default=true) and AllBeta; "
     "LogarithmicScaleDown and OrderedNamespaceDeletion are locked to true. Any other gate is accepted and named "
     "in the warning about ignored flags."
 )

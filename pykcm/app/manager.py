@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from pykcm import __version__
-from pykcm.app import metrics
+from pykcm.app import featuregates, metrics
 from pykcm.app.clientbuilder import ServiceAccountClientBuilder
 from pykcm.app.configz import configz
 from pykcm.app.leaderelection import LeaderElectionConfig, new_identity
@@ -70,7 +70,8 @@ class Manager:
         self.heartbeat = LoopHeartbeat()
         config = replace(config, write_fence=self.fence, content_type=options.kube_api_content_type)
         self.client = RestClient(config.with_limits(options.kube_api_qps, options.kube_api_burst))
-        self.factory = SharedInformerFactory(self.client.named("shared-informers"), options.min_resync_period)
+        self.factory = SharedInformerFactory(self.client.named("shared-informers"), options.min_resync_period,
+                                             watch_list=options.feature_enabled(featuregates.WATCH_LIST_CLIENT))
         self.controller_classes = controllers
         self.controllers: list[Controller] = []
         self.runners: list[ControllerRunner] = []

@@ -23,9 +23,10 @@ def resync_period(min_resync_period: float) -> float:
 
 
 class SharedInformerFactory:
-    def __init__(self, client: RestClient, min_resync_period: float = 12 * 3600.0) -> None:
+    def __init__(self, client: RestClient, min_resync_period: float = 12 * 3600.0, watch_list: bool = True) -> None:
         self.client = client
         self.min_resync_period = min_resync_period
+        self.watch_list = watch_list  # client-go's WatchListClient gate: stream the initial state
         self._informers: dict[Resource, SharedInformer] = {}
         self._recording: list[SharedInformer] | None = None
 
@@ -37,7 +38,7 @@ class SharedInformerFactory:
         union of every caller's, whole objects if any caller leaves it FULL."""
         informer = self._informers.get(resource)
         if informer is None:
-            informer = SharedInformer(self.client, resource, resync_period(self.min_resync_period))
+            informer = SharedInformer(self.client, resource, resync_period(self.min_resync_period), self.watch_list)
             self._informers[resource] = informer
         informer.keep(fields)
         if indexers:

@@ -47,7 +47,8 @@ class Registration:
 
 
 class SharedInformer:
-    def __init__(self, client: RestClient, resource: Resource, default_resync: float = 0.0) -> None:
+    def __init__(self, client: RestClient, resource: Resource, default_resync: float = 0.0,
+                 watch_list: bool = True) -> None:
         self.resource = resource
         self.default_resync = default_resync
         self.indexer = Indexer()
@@ -56,7 +57,7 @@ class SharedInformer:
         # users asked for through `keep`; whole objects until someone asks.
         self.projection: Projection | None = FULL
         self._projection_set = False
-        self.reflector = Reflector(client, resource, self._deltas, transform=self._transform)
+        self.reflector = Reflector(client, resource, self._deltas, transform=self._transform, watch_list=watch_list)
         self._handlers: list[Registration] = []
         self._synced = asyncio.Event()
         self._resync_wakeup = asyncio.Event()

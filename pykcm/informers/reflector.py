@@ -4,12 +4,12 @@ Follows client-go's tools/cache/reflector.go: `Run` is `delayHandler.Until(ListA
 every end of a list-and-watch (a failed list, an expired watch, a watch that ended with an
 error) waits for the next step of one backoff (0.8 s doubling to 30 s, jitter 1.0, starting over
 every 2 minutes) before listing again. Inside a list-and-watch, a watch the server closes at its
-timeout is re-opened at once, and a refused connection or a 429 backs off (same backoff) and
-watches again from the last resourceVersion without relisting. WATCH resumes from the last seen
-resourceVersion with bookmarks and a randomised server timeout.
+timeout, or cut after it delivered events, is re-opened at once, and a refused connection or a
+429 backs off (same backoff) and watches again from the last resourceVersion without relisting.
+WATCH resumes from the last seen resourceVersion with bookmarks and a randomised server timeout.
 
 The initial state comes as client-go 1.36 gets it (its WatchListClient gate, on by default since
-1.35; KUBE_FEATURE_WatchListClient=false turns it off, as it does client-go's): a watch with
+1.35; KCM's `--feature-gates=WatchListClient=false` turns it off): a watch with
 sendInitialEvents=true streams every object as an ADDED event, then a bookmark annotated
 k8s.io/initial-events-end whose resourceVersion is the list's; the objects replace the cache then,
 and the same watch goes on. No list page is ever held, and each object is transformed (projected)
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import time
 from collections.abc import Callable
@@ -43,7 +42,6 @@ WATCH_TIMEOUT_RANGE = (300, 600)  # seconds; spread so watches don't all reconne
 MIN_WATCH_DURATION = 1.0  # a watch that ends sooner with no events is treated as an error
 REPEAT_LOG_INTERVAL = 60.0  # the same failure again within this is logged at -v=4 only
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the bookmark annotation ending a streamed list
-WATCH_LIST_GATE = "KUBE_FEATURE_WatchListClient"
 STREAM_YIELD_EVERY = 500  # initial events handled between two hand-backs of the loop
 
 log = get_logger("reflector")
@@ -54,11 +52,6 @@ Transform = Callable[[dict[str, Any]], dict[str, Any]]
 def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     obj.get("metadata", {}).pop("managedFields", None)
     return obj
-
-
-def watch_list_enabled() -> bool:
-    """client-go's WatchListClient gate, read from the environment as client-go reads its gates."""
-    return os.environ.get(WATCH_LIST_GATE, "").strip().lower() not in ("false", "f", "0")
 
 
 class VeryShortWatch(Exception):
@@ -83,7 +76,7 @@ class Reflector:
         transform: Transform = strip_managed_fields,
         params: dict[str, str] | None = None,
         backoff: Delay | None = None,
-        watch_list: bool | None = None,
+        watch_list: bool = True,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -97,7 +90,9 @@ class Reflector:
         # synced this is why it cannot (a forbidden LIST, say).
         self.last_error: str | None = None
         self._logged: tuple[str, str, float] = ("", "", 0.0)  # message, error, when
-        self.watch_list = watch_list_enabled() if watch_list is None else watch_list
+        # client-go's WatchListClient gate: KCM hands client-go's gates to its --feature-gates, so
+        # the KUBE_FEATURE_WatchListClient variable client-go reads elsewhere does nothing there.
+        self.watch_list = watch_list
         # Set by the informer where the watch is read as protobuf (client/protobuf.py); else JSON.
         self.watch_decoder: WatchDecoder | None = None
         # Objects streamed so far while a watch sends its initial events; None when not streaming.
@@ -235,7 +230,18 @@ class Reflector:
         async with contextlib.aclosing(
             self.client.watch(self.resource.path(), params, decoder=self.watch_decoder)
         ) as stream:
-            async for event in stream:
+            while True:
+                try:
+                    event = await anext(stream)
+                except StopAsyncIteration:
+                    break
+                except TransportError as err:
+                    if events == 0 or self._initial is not None:
+                        raise  # it did not open, died at once, or is to stream again: back off
+                    # Cut after it had delivered events: as client-go's stream watcher ends on an
+                    # EOF or a reset, a normal end, re-watched at once from the last version seen.
+                    log.v(2).info("Watch cut, will re-watch", resource=self.label, err=one_line(err))
+                    break
                 events += 1
                 kind = event.get("type")
                 obj = event.get("object") or {}

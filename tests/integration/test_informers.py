@@ -64,8 +64,8 @@ class Events:
         return any(k == kind and n == name for k, n, _ in self.seen)
 
 
-async def synced_factory(client: RestClient, *resources: Resource) -> SharedInformerFactory:
-    factory = SharedInformerFactory(client, min_resync_period=0)
+async def synced_factory(client: RestClient, *resources: Resource, watch_list: bool = True) -> SharedInformerFactory:
+    factory = SharedInformerFactory(client, min_resync_period=0, watch_list=watch_list)
     for res in resources:
         factory.informer(res)
     factory.start()
@@ -147,12 +147,11 @@ async def test_initial_state_of_over_1000_objects_is_streamed_not_listed(control
         await client.close()
 
 
-async def test_initial_list_of_over_1000_objects_is_paginated_with_watch_list_off(control_plane, monkeypatch):
-    monkeypatch.setenv("KUBE_FEATURE_WatchListClient", "false")
+async def test_initial_list_of_over_1000_objects_is_paginated_with_watch_list_off(control_plane):
     client = admin_client(control_plane.kubeconfig)
     ns = await make_configmaps(client, "page", 1100)
     spy = SpyClient(client)
-    factory = await synced_factory(spy, CONFIGMAPS)
+    factory = await synced_factory(spy, CONFIGMAPS, watch_list=False)
     try:
         pages = [params for path, params in spy.lists if path == CONFIGMAPS.path()]
         assert len(pages) >= 3, pages

@@ -159,6 +159,7 @@ def test_kubernetes_feature_enabled_shows_every_gate_pykcm_knows_as_set_by_the_f
         'kubernetes_feature_enabled{name="OrderedNamespaceDeletion",stage=""} 1.0',
         'kubernetes_feature_enabled{name="PodDeletionCost",stage="BETA"} 0.0',  # the flag's
         'kubernetes_feature_enabled{name="StaleControllerConsistencyReplicaSet",stage="BETA"} 1.0',
+        'kubernetes_feature_enabled{name="WatchListClient",stage="BETA"} 1.0',
     ]  # Foo is no gate pykcm knows, so not listed
     assert cli.main(["run", "--feature-gates=AllBeta=true"]) == 0  # a later start shows its own settings
     assert REGISTRY.get_sample_value("kubernetes_feature_enabled", {"name": "PodDeletionCost", "stage": "BETA"}) == 1

@@ -10,6 +10,7 @@ import pytest
 from pykcm.app.manager import Manager, ManagerError
 from pykcm.app.options import Options
 from pykcm.client.config import ClientConfig
+from pykcm.client.resources import CONFIGMAPS
 
 
 class Elector:
@@ -57,3 +58,12 @@ async def test_a_lease_lost_while_draining_is_said_and_not_released() -> None:
     with pytest.raises(ManagerError, match="leaderelection lost"):
         await manager_draining_for(0.2)._lead(elector, stop)  # type: ignore[arg-type]
     assert not elector.released
+
+
+def test_the_watch_list_gate_is_kcms_feature_gate_not_client_gos_environment_variable(monkeypatch) -> None:
+    # KCM takes client-go's gates into its --feature-gates: the variable does nothing there.
+    monkeypatch.setenv("KUBE_FEATURE_WatchListClient", "false")
+    config = ClientConfig(host="https://127.0.0.1:1", ssl_context=None)
+    assert Manager(Options(), config, []).factory.informer(CONFIGMAPS).reflector.watch_list is True
+    off = Options(feature_gates={"WatchListClient": False})
+    assert Manager(off, config, []).factory.informer(CONFIGMAPS).reflector.watch_list is False

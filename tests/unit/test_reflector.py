@@ -6,12 +6,12 @@ import asyncio
 import pytest
 
 from pykcm.client.config import ClientConfig
-from pykcm.client.errors import Gone, Invalid, TooManyRequests
+from pykcm.client.errors import Gone, Invalid, TooManyRequests, TransportError
 from pykcm.client.protobuf import UndecodableEvent, WatchDecoder
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient
 from pykcm.informers.delta_queue import DeltaQueue, DeltaType
-from pykcm.informers.reflector import INITIAL_EVENTS_END, PAGE_SIZE, STREAM_YIELD_EVERY, Reflector, watch_list_enabled
+from pykcm.informers.reflector import INITIAL_EVENTS_END, PAGE_SIZE, STREAM_YIELD_EVERY, Reflector
 from pykcm.util.backoff import BackoffManager
 from tests.support import LoopTurns
 
@@ -43,6 +43,8 @@ class ScriptedClient(RestClient):
         if isinstance(events, Exception):
             raise events  # the watch request itself failed
         for event in events:
+            if isinstance(event, Exception):
+                raise event  # the stream broke after the events before it
             yield event
         if not self.watches:
             await asyncio.Event().wait()  # the last scripted watch stays open
@@ -282,15 +284,6 @@ async def test_a_long_stream_hands_the_loop_back_while_it_arrives():
     assert len(replaced.payload) == len(names) and turns.count >= 3
 
 
-@pytest.mark.parametrize(("value", "enabled"), [(None, True), ("true", True), ("false", False), ("0", False)])
-def test_the_watch_list_gate_reads_client_gos_environment_variable(monkeypatch, value, enabled):
-    if value is None:
-        monkeypatch.delenv("KUBE_FEATURE_WatchListClient", raising=False)
-    else:
-        monkeypatch.setenv("KUBE_FEATURE_WatchListClient", value)
-    assert watch_list_enabled() is enabled
-
-
 async def test_an_event_the_protobuf_decoder_cannot_read_turns_the_watch_to_json():
     # One pod with a time the decoder could not read used to freeze the pods cache: every relist
     # failed on it again.
@@ -307,3 +300,26 @@ async def test_an_event_the_protobuf_decoder_cannot_read_turns_the_watch_to_json
     assert (first.type, second.type, added.type) == (DeltaType.REPLACED, DeltaType.REPLACED, DeltaType.ADDED)
     assert [o["metadata"]["name"] for o in second.payload] == ["a", "bad"]
     assert client.watch_decoders == [decoder, None] and reflector.watch_decoder is None
+
+
+async def test_a_watch_cut_after_events_is_resumed_at_once_from_the_last_version():
+    # client-go's stream watcher ends on an EOF or a reset as on a server's close: no backoff.
+    reset = TransportError("watch configmaps: connection reset by peer")
+    client = ScriptedClient([page([cm("a", "1")], "10")],
+                            watches=[[{"type": "ADDED", "object": cm("b", "11")}, reset],
+                                     [{"type": "ADDED", "object": cm("c", "12")}]])
+    queue = DeltaQueue()
+    reflector, backoff = reflector_with(client, queue)
+    listed, b, c = await run_until(reflector, queue, 3)
+    assert (listed.type, b.type, c.type) == (DeltaType.REPLACED, DeltaType.ADDED, DeltaType.ADDED)
+    assert client.watch_params[1]["resourceVersion"] == "11" and backoff.delays == 0
+
+
+async def test_a_watch_cut_before_any_event_backs_off_before_watching_again():
+    reset = TransportError("watch configmaps: connection reset by peer")
+    client = ScriptedClient([page([cm("a", "1")], "10")],
+                            watches=[[reset], [{"type": "ADDED", "object": cm("c", "12")}]])
+    queue = DeltaQueue()
+    reflector, backoff = reflector_with(client, queue)
+    await run_until(reflector, queue, 2)
+    assert client.watch_params[1]["resourceVersion"] == "10" and backoff.delays == 1 and len(client.requests) == 1
