@@ -130,3 +130,7 @@ NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
 class TransportError(Exception):
     """No answer to use: the API server could not be reached, the connection broke (no HTTP status),
     or a success answer could not be decoded (client-go's "serializer for ... doesn't exist")."""
+
+    def __init__(self, message: str, connection_reset: bool = False) -> None:
+        super().__init__(message)
+        self.connection_reset = connection_reset  # the peer reset it (ECONNRESET): worth another try to some callers

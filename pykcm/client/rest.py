@@ -171,7 +171,7 @@ class RestClient:
                 message = f"{method} {path}: {one_line(failed)}"
                 again = await self._retry_after(attempt, method, target, error=failed, message=message)
                 if again is None:
-                    raise TransportError(message) from None
+                    raise TransportError(message, isinstance(failed, ConnectionResetError)) from None
                 continue
             again = await self._retry_after(attempt, method, target, status=resp.status, headers=resp.headers)
             if again is not None:

@@ -15,6 +15,7 @@ from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.rest import RestClient
 from pykcm.serving import metrics
 from pykcm.serving.messages import Request
+from pykcm.serving.reviews import send_review
 from pykcm.util.log import get_logger
 from pykcm.util.ttlcache import TTLCache
 
@@ -89,14 +90,12 @@ class DelegatingAuthenticator:
         if self.client is None:
             return None
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
-        start = time.monotonic()
         try:
-            review = await self.client.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body)
+            review = await send_review(self.client, "/apis/authentication.k8s.io/v1/tokenreviews", body,
+                                       metrics.record_token_review)
         except (ApiError, TransportError) as err:
-            metrics.record_token_review(metrics.review_code(err), time.monotonic() - start)
             log.error(err, "Unable to authenticate the request (TokenReview failed)")
             raise Unauthenticated(str(err)) from None
-        metrics.record_token_review(metrics.CREATED, time.monotonic() - start)
         status = review.get("status") or {}
         if not status.get("authenticated"):
             return None

@@ -15,6 +15,7 @@ from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.rest import RestClient
 from pykcm.serving import metrics
 from pykcm.serving.authn import REVIEW_CACHE_TTL, UserInfo
+from pykcm.serving.reviews import send_review
 from pykcm.util.ttlcache import TTLCache
 
 PRIVILEGED_GROUPS = ("system:masters",)  # KCM's --authorization-always-allow-groups default
@@ -79,13 +80,8 @@ class DelegatingAuthorizer:
     async def _subject_access_review(self, spec: dict[str, Any]) -> Decision:
         assert self.client is not None
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
-        start = time.monotonic()
-        try:
-            review = await self.client.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
-        except (ApiError, TransportError) as err:
-            metrics.record_access_review(metrics.review_code(err), time.monotonic() - start)
-            raise
-        metrics.record_access_review(metrics.CREATED, time.monotonic() - start)
+        review = await send_review(self.client, "/apis/authorization.k8s.io/v1/subjectaccessreviews", body,
+                                   metrics.record_access_review)
         status = review.get("status") or {}
         denied = bool(status.get("denied"))
         return Decision(bool(status.get("allowed")) and not denied, status.get("reason", ""), denied)

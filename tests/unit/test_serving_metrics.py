@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from pykcm.client.errors import InternalError, TransportError
-from pykcm.serving.authn import DelegatingAuthenticator
+from pykcm.client.errors import ApiError, InternalError, TooManyRequests, TransportError
+from pykcm.serving import reviews
+from pykcm.serving.authn import DelegatingAuthenticator, UserInfo
 from pykcm.serving.authz import DelegatingAuthorizer
 from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import SecureServer
@@ -119,7 +120,8 @@ def value(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-async def test_delegated_reviews_and_the_filters_results_are_counted_as_kcms() -> None:
+async def test_delegated_reviews_and_the_filters_results_are_counted_as_kcms(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reviews, "FIRST_WAIT", 0.0)  # `broken` is tried five times
     apiserver = FakeApiserver()
     server = SecureServer("127.0.0.1", free_port(), None, lambda: [],  # type: ignore[arg-type]
                           DelegatingAuthenticator(apiserver), DelegatingAuthorizer(apiserver, ["/healthz"]))  # type: ignore[arg-type]
@@ -160,13 +162,13 @@ async def test_delegated_reviews_and_the_filters_results_are_counted_as_kcms() -
         await server.stop()
     delta = {key: value(name, **labels) - before[key] for key, (name, labels) in counted.items()}
     assert delta == {
-        "authn 201": 2, "authn 201 observed": 2, "authn 500": 1, "authn <error>": 1,  # good, bad; broken; down
+        "authn 201": 2, "authn 201 observed": 2, "authn 500": 5, "authn <error>": 1,  # good, bad; broken 5 tries; down
         "authz 201": 4, "authz 201 observed": 4,  # good on /metrics, /forbidden, /denied; anonymous on /metrics
         "success": 7, "success observed": 7, "error": 3,  # the bad, broken and down tokens
         "other": 7,  # prometheus and system:anonymous, as apiserver's compressUsername names them
         "allowed": 4, "allowed observed": 4, "denied": 1, "no-opinion": 2,
     }
-    assert apiserver.reviews == 8
+    assert apiserver.reviews == 12
     bounds = [line.split('le="')[1].split('"')[0] for line in text.splitlines()
               if line.startswith("apiserver_delegated_authz_request_duration_seconds_bucket{") and 'code="201"' in line]
     assert bounds == ["0.25", "0.5", "0.7", "1", "1.5", "3", "5", "10", "+Inf"]
@@ -207,3 +209,51 @@ async def test_the_auth_families_are_spelled_and_bucketed_as_apiservers(open_por
                       "1.024", "2.048", "4.096", "8.192", "16.384", "+Inf"]  # ExponentialBuckets(0.001, 2, 15)
     assert "# HELP apiserver_delegated_authn_request_duration_seconds [ALPHA] Request latency in seconds. " \
            "Broken down by status code." in lines
+
+
+class Flaky:
+    """Answers each review with the next of `answers` (an exception is raised), then allows."""
+
+    def __init__(self, *answers: Exception) -> None:
+        self.answers = list(answers)
+        self.tries = 0
+
+    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict:
+        self.tries += 1
+        if self.answers:
+            raise self.answers.pop(0)
+        return {"status": {"allowed": True}}
+
+
+RESET = TransportError("POST /apis/authorization.k8s.io/v1/subjectaccessreviews: connection reset by peer", True)
+REFUSED = TransportError("POST /apis/authorization.k8s.io/v1/subjectaccessreviews: connection refused")
+THROTTLED = TooManyRequests(429, "TooManyRequests", "too many requests")
+RETRY_LATER = ApiError(503, "ServiceUnavailable", "later", {"details": {"retryAfterSeconds": 1}})
+UNAVAILABLE = ApiError(503, "ServiceUnavailable", "shutting down", {})
+
+
+@pytest.mark.parametrize(("answers", "allowed", "tries"), [
+    ((RESET, THROTTLED, RETRY_LATER), True, 4),  # each transient failure tried again
+    ((InternalError(500, "InternalError", "etcd"),) * 5, False, 5),  # five tries in all
+    ((REFUSED,), False, 1),  # DefaultShouldRetry: not a refused connection
+    ((UNAVAILABLE,), False, 1),  # nor a 503 that does not ask to be tried again
+])
+async def test_a_review_is_tried_again_as_kcms_webhooks_retry(monkeypatch: pytest.MonkeyPatch, answers: tuple,
+                                                            allowed: bool, tries: int) -> None:
+    waits: list[float] = []
+
+    async def no_sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(reviews.asyncio, "sleep", no_sleep)
+    apiserver = Flaky(*answers)
+    authorizer = DelegatingAuthorizer(apiserver, [])  # type: ignore[arg-type]
+    if allowed:
+        assert (await authorizer.authorize(UserInfo("prometheus"), "get", "/metrics")).allowed
+    else:
+        with pytest.raises((ApiError, TransportError)):
+            await authorizer.authorize(UserInfo("prometheus"), "get", "/metrics")
+    assert apiserver.tries == tries
+    # DefaultAuthWebhookRetryBackoff: 0.5 s, then 1.5 times longer, each up to a fifth more
+    for wait, base in zip(waits, (0.5, 0.75, 1.125, 1.6875), strict=False):
+        assert base <= wait <= base * 1.2
