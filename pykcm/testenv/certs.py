@@ -66,9 +66,15 @@ class Pki:
 
 def ensure_pki(directory: Path, extra_ips: Sequence[str] = ()) -> Pki:
     """Generate the PKI under `directory` unless a complete one is already there (kept across
-    restarts so existing kubeconfigs stay valid); the apiserver's cert also names `extra_ips`."""
+    restarts so existing kubeconfigs stay valid); the apiserver's cert also names `extra_ips`.
+    A kept serving cert that lacks one of them (a directory first started without --real-node)
+    is reissued by the same CA: the apiserver's readiness probe checks the address it names."""
     pki = Pki.at(directory)
     if pki.exists():
+        named = _named_ips(pki.apiserver_cert)
+        if any(_canonical(ip) not in named for ip in (*APISERVER_IPS, *extra_ips)):
+            issue_certificate(pki, pki.apiserver_cert, pki.apiserver_key, "kube-apiserver", server=True,
+                              ips=(*named, *extra_ips))
         return pki
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = _ec_key()
@@ -87,18 +93,33 @@ def ensure_pki(directory: Path, extra_ips: Sequence[str] = ()) -> Pki:
 
 def issue_certificate(
     pki: Pki, cert_path: Path, key_path: Path, common_name: str, organization: str | None = None,
-    *, server: bool = False,
+    *, server: bool = False, ips: Sequence[str] = (),
 ) -> None:
     """A new key and certificate for `common_name` signed by the PKI's CA, as a rotation writes
     them: each file replaced in one rename, the certificate first. `server`: a serving certificate
-    for the apiserver's names and addresses (APISERVER_DNS_NAMES, APISERVER_IPS)."""
+    for the apiserver's names and addresses (APISERVER_DNS_NAMES, APISERVER_IPS and `ips`)."""
     ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
     ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     staged_cert, staged_key = cert_path.with_name(cert_path.name + ".new"), key_path.with_name(key_path.name + ".new")
-    _issue(staged_cert, staged_key, ca_cert, ca_key, _name(common_name, organization), server=server)
+    _issue(staged_cert, staged_key, ca_cert, ca_key, _name(common_name, organization), server=server,
+           ips=(*APISERVER_IPS, *ips))
     os.replace(staged_cert, cert_path)
     os.replace(staged_key, key_path)
+
+
+def _named_ips(cert_path: Path) -> list[str]:
+    """The IP addresses a certificate is valid for; none if it is unreadable (then it is reissued)."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return []
+    return [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
+
+
+def _canonical(ip: str) -> str:
+    return str(ipaddress.ip_address(ip))
 
 
 def _ec_key() -> _Key:

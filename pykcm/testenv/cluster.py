@@ -12,14 +12,24 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import realnode
+from . import kwok, realnode
 from .build import KUBERNETES_VERSION, ensure_binaries
 from .certs import Pki
-from .controlplane import ControlPlane, Log
+from .controlplane import PORTS, STATE_FILE, ControlPlane, Log
 from .errors import BuildError, ControlPlaneError
+from .gobuild import try_lock
 from .interrupts import killing_on_signal
 from .nodes import KCM_CONTROLLERS, check_node_count, start_node_services, start_simulated_nodes
 from .processes import LOOPBACK, STOP_TIMEOUT, free_port, stop_all, strays
+
+LOCK_FILE = "testenv.lock"
+# What a start writes into its directory (and *.kubeconfig): found there without STATE_FILE, they are
+# someone else's files, which a start would overwrite (pki/ca.key, kubeconfig) or adopt (etcd/).
+WRITTEN = (STATE_FILE, "pki", "etcd", "logs", "kubeconfig", kwok.KWOK, kwok.STATE_FILE, "node", realnode.STATE_FILE)
+
+
+class DirectoryBusy(ControlPlaneError):
+    """Another process is starting or stopping the cluster of this directory."""
 
 
 def start(
@@ -46,17 +56,27 @@ def start(
         realnode.check_prerequisites()
     directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
+    _refuse_foreign(directory)
+    with exclusive(directory):
+        return _start_locked(directory, kcm_controllers, kcm_args, log, apiserver_args, nodes, real_node)
+
+
+def _start_locked(
+    directory: Path, kcm_controllers: str | None, kcm_args: Sequence[str], log: Log, apiserver_args: Sequence[str],
+    nodes: int, real_node: bool,
+) -> ControlPlane:
     _refuse_if_running(directory)
     if real_node:
-        remove_abandoned_real_node(log)
+        remove_abandoned_real_node(log, held=directory)
     with_nodes = nodes > 0 or real_node
     binaries = ensure_binaries(need_kcm=bool(kcm_controllers or with_nodes), need_scheduler=with_nodes, log=log)
     node_binaries = realnode.ensure_node_binaries(log) if real_node else None
-    ports = {"etcd_client": free_port(), "etcd_peer": free_port(), "apiserver": free_port()}
+    ports = {name: free_port() for name in PORTS}
     host, extra_args = (LOOPBACK, ())
     if real_node:
         host, extra_args = realnode.NODE_IP, realnode.apiserver_args(Pki.at(directory / "pki"))
     plane = ControlPlane(directory, binaries, ports, log=log, apiserver_args=(*extra_args, *apiserver_args), host=host)
+    plane._save(running=False)  # marks the directory as a testenv's before anything else is written into it
     started = time.monotonic()
     try:
         if real_node:
@@ -79,6 +99,28 @@ def start(
     return plane
 
 
+@contextlib.contextmanager
+def exclusive(directory: Path) -> Iterator[None]:
+    """Held for the whole of a start or stop of `directory`'s cluster (its lock file, flock: the kernel
+    lets go when this process ends, however), so that two never interleave: a second start would
+    write its own state over the first's, whose processes then run unrecorded."""
+    with open(directory / LOCK_FILE, "a") as lock:
+        if not try_lock(lock):
+            raise DirectoryBusy(f"another testenv start or stop is using {directory}")
+        yield
+
+
+def _refuse_foreign(directory: Path) -> None:
+    if (directory / STATE_FILE).exists():
+        return
+    found = sorted(p.name for p in directory.iterdir() if p.name in WRITTEN or p.name.endswith(".kubeconfig"))
+    if found:
+        raise ControlPlaneError(
+            f"{directory} holds {', '.join(found)} but no {STATE_FILE}, so it is not a testenv directory: "
+            "refusing to write over them; use a new or empty directory"
+        )
+
+
 def _refuse_if_running(directory: Path) -> None:
     try:
         previous = ControlPlane.from_state(directory)
@@ -90,27 +132,34 @@ def _refuse_if_running(directory: Path) -> None:
         raise ControlPlaneError(f"a control plane is already running in {directory}: {names}; stop it first")
 
 
-def remove_abandoned_real_node(log: Log) -> None:
+def remove_abandoned_real_node(log: Log, held: Path | None = None) -> None:
     """A cluster whose processes were killed without a teardown (SIGKILL, a restarted machine or
     container) still holds the machine's real node: its claim, mounts, interfaces and iptables
-    rules. Tear that down when none of its processes runs; a running one keeps its claim."""
+    rules. Tear that down when none of its processes runs; a running one keeps its claim, and so
+    does one being started or stopped right now (`held`: the directory whose lock we hold)."""
     owner = realnode.claimant()
     if owner is None:
         return
-    try:
-        previous = ControlPlane.from_state(owner, log)
-    except ControlPlaneError:
-        return
-    if any(p.alive() for p in previous.processes.values()):
-        return
-    log(f"removing the real node left by the cluster in {owner}: none of its processes is running")
-    _stop_cluster(previous, timeout=5.0)
+    with contextlib.ExitStack() as stack:
+        try:
+            if owner != held:
+                stack.enter_context(exclusive(owner))
+            previous = ControlPlane.from_state(owner, log)
+        except (ControlPlaneError, OSError):  # being started or stopped, no readable state, or gone
+            return
+        if any(p.alive() for p in previous.processes.values()):
+            return
+        log(f"removing the real node left by the cluster in {owner}: none of its processes is running")
+        _stop_cluster(previous, timeout=5.0)
 
 
 def stop(directory: Path, timeout: float = STOP_TIMEOUT) -> None:
     """Stop the control plane recorded in `directory`; only PIDs whose start time still
     matches are signalled, so calling it twice (or after a reboot) is harmless."""
-    _stop_cluster(ControlPlane.from_state(Path(directory).resolve()), timeout)
+    directory = Path(directory).resolve()
+    ControlPlane.from_state(directory)  # no state: says so, without leaving a lock file in that directory
+    with exclusive(directory):
+        _stop_cluster(ControlPlane.from_state(directory), timeout)
 
 
 def _stop_cluster(plane: ControlPlane, timeout: float = STOP_TIMEOUT, announce: bool = False) -> None:
@@ -123,6 +172,7 @@ def _stop_cluster(plane: ControlPlane, timeout: float = STOP_TIMEOUT, announce: 
 
     with killing_on_signal(everything, plane._log, "stopping the local cluster" if announce else None):
         realnode.teardown(plane, plane._log)
+        kwok.stop_kwok(plane.directory, timeout)  # recorded in kwok.json before the cluster adopts it
         plane.stop(timeout)
         stop_all(strays(plane.directory), timeout)
 

@@ -41,6 +41,7 @@ STATE_FILE = "testenv.json"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 ETCD, APISERVER, KCM = "etcd", "kube-apiserver", "kube-controller-manager"
+PORTS = ("etcd_client", "etcd_peer", "apiserver")
 ETCD_READY_TIMEOUT = 30.0
 APISERVER_READY_TIMEOUT = 60.0
 KCM_READY_TIMEOUT = 60.0
@@ -109,16 +110,18 @@ class ControlPlane:
         path = directory / STATE_FILE
         try:
             state = json.loads(path.read_text())
+            binaries = Binaries(**{k: Path(v) if v else None for k, v in state["binaries"].items()})
+            processes = {n: ManagedProcess.from_json(n, p) for n, p in state["processes"].items()}
+            ports = {name: int(state["ports"][name]) for name in PORTS}
+            apiserver_args, host = list(state.get("apiserver_args", ())), str(state.get("host", LOOPBACK))
         except FileNotFoundError:
             raise ControlPlaneError(f"no control plane state in {directory} ({STATE_FILE} is missing)") from None
         except (OSError, ValueError) as exc:
             raise ControlPlaneError(f"unreadable control plane state {path}: {exc}") from None
-        binaries = Binaries(**{k: Path(v) if v else None for k, v in state["binaries"].items()})
-        processes = {n: ManagedProcess.from_json(n, p) for n, p in state["processes"].items()}
-        return cls(
-            directory, binaries, state["ports"], processes, log, state.get("apiserver_args", ()),
-            state.get("host", LOOPBACK),
-        )
+        except (KeyError, TypeError, AttributeError) as exc:  # valid JSON, but not what _save writes
+            what = f"no {exc}" if isinstance(exc, KeyError) else f"not what a start writes ({exc})"
+            raise ControlPlaneError(f"unreadable control plane state {path}: {what}") from None
+        return cls(directory, binaries, ports, processes, log, apiserver_args, host)
 
     def _save(self, running: bool = True) -> None:
         state = {
@@ -153,6 +156,7 @@ class ControlPlane:
         ]
         proc = spawn(ETCD, argv, self.logs_dir, client)
         self.processes[ETCD] = proc
+        self._save()  # before the wait: a start killed meanwhile (SIGKILL) still leaves it to `stop`
         wait_ready(proc, self._etcd_healthy, ETCD_READY_TIMEOUT)
 
     def _etcd_healthy(self) -> bool:

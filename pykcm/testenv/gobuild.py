@@ -14,16 +14,20 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
+from . import progress
 from .errors import BuildError
 from .progress import Log, format_duration, run_with_progress
 
 GO_MINIMUM = (1, 26)
+LOCK_POLL = 0.2  # seconds between tries of a busy build lock
 
 
 def cache_dir() -> Path:
@@ -64,27 +68,73 @@ def _go_version(go: str) -> tuple[int, ...] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
+def try_lock(file: IO[Any]) -> bool:
+    """Take an exclusive flock on `file` without waiting; False while another open file holds it."""
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 @contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive lock held across processes, so concurrent runs build each thing once."""
+def locked(path: Path, what: str | None = None, log: Log | None = None) -> Iterator[None]:
+    """An exclusive lock held across processes, so concurrent runs build each thing once.
+
+    A cold build holds it for minutes: while another process does, say so (building `what`,
+    by default the lock's path in the cache) and again every PROGRESS_EVERY seconds, with the
+    newest `<name>.<kind>.log` beside the lock, the other build's log. Without `log`, on stderr."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        if not try_lock(fh):
+            _wait_for_lock(fh, path, what or _lock_subject(path), log or _to_stderr)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _wait_for_lock(fh: IO[Any], path: Path, what: str, log: Log) -> None:
+    started = time.monotonic()
+    waiting = f"waiting for another process building {what}"
+    log(f"{waiting} ({_lock_log(path)})")
+    next_line = started + progress.PROGRESS_EVERY
+    while not try_lock(fh):
+        if (now := time.monotonic()) >= next_line:
+            log(f"  {waiting}: {format_duration(now - started)} elapsed ({_lock_log(path)})")
+            next_line = now + progress.PROGRESS_EVERY
+        time.sleep(LOCK_POLL)
+
+
+def _lock_subject(path: Path) -> str:
+    stem = path.with_name(path.name.removesuffix(".lock"))
+    return str(stem.relative_to(cache_dir())) if stem.is_relative_to(cache_dir()) else stem.name
+
+
+def _lock_log(path: Path) -> str:
+    # Builds log beside their lock as <name>.build.log, <name>.debootstrap.log ...: the newest is the current step.
+    pattern = re.compile(re.escape(path.name.removesuffix(".lock")) + r"\.[a-z]+\.log")
+    try:
+        logs = [(p.stat().st_mtime, p) for p in path.parent.iterdir() if pattern.fullmatch(p.name)]
+    except OSError:  # one went away as we looked: the other build is moving on
+        logs = []
+    return f"log: {max(logs)[1]}" if logs else f"lock: {path}"
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def built_once(binary: Path, build: Callable[[Path], None]) -> Path:
-    """`binary`, made by `build(binary.parent)` where it is missing; concurrent runs build it once."""
+def built_once(binary: Path, build: Callable[[Path], None], log: Log | None = None) -> Path:
+    """`binary`, made by `build(binary.parent)` where it is missing; concurrent runs build it once
+    (a run that waits for another's build says so on `log`)."""
     target = binary.parent
     if not is_executable(binary):
-        with locked(target.with_name(target.name + ".lock")):
+        with locked(target.with_name(target.name + ".lock"), what=binary.name, log=log):
             if not is_executable(binary):  # another process may have built it while we waited
                 build(target)
     return binary
@@ -181,4 +231,4 @@ def ensure_go_install(
             os.replace(out, target)
         log(f"built {name} {version} in {format_duration(time.monotonic() - started)} -> {target / name}")
 
-    return built_once(binary, build)
+    return built_once(binary, build, log)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from . import hostnet
+from . import hostnet, processes
 from .build import ensure_kubelet_and_proxy
 from .certs import Pki, issue_client_cert, kubeconfig
 from .errors import ControlPlaneError
@@ -364,11 +364,16 @@ def _update_state(directory: Path, **values: Any) -> None:
 def teardown(plane: ControlPlane, log: Log) -> None:
     """Remove the real node of `plane`, if it has one: its pods' containers, containerd, kubelet
     and kube-proxy, the mounts under its dirs, its interfaces and iptables chains; restore
-    ip_forward. Safe to call twice, and after a start that failed half way."""
+    ip_forward. Safe to call twice, and after a start that failed half way. That is all the machine's:
+    a directory whose node is gone while another's holds the machine only drops its record of it."""
     path = plane.directory / STATE_FILE
     try:
         state = json.loads(path.read_text())
     except FileNotFoundError:
+        return
+    if (other := _machine_held_elsewhere(plane)) is not None:
+        path.unlink()
+        log(f"real node record of {plane.directory} dropped, the machine left alone: {other}")
         return
     socket = RUNTIME_DIR / "containerd.sock"
     if kubelet := plane.processes.get(KUBELET):
@@ -400,6 +405,21 @@ def teardown(plane: ControlPlane, log: Log) -> None:
     )
 
 
+def _machine_held_elsewhere(plane: ControlPlane) -> str | None:
+    """Why the machine's real node is not `plane`'s to remove (None if it is): another directory
+    claims it, or no one does but a node's kubelet or shim runs that is not this cluster's."""
+    owner = claimant()
+    if owner == plane.directory:
+        return None
+    if owner is not None:
+        return f"it holds the real node of the cluster in {owner}"
+    if any((proc := plane.processes.get(name)) and proc.alive() for name in (KUBELET, CONTAINERD, KUBE_PROXY)):
+        return None  # its own node, running with its claim lost
+    if running := processes.process_trees(lambda argv: is_shim(argv) or is_node_kubelet(argv)):
+        return f"a real node runs on it without a claim ({len(running)} processes: kubelet, shims, pods)"
+    return None
+
+
 def _remove_containers(socket: Path) -> int:
     """Kill and delete every container of the node's containerd (pods and their sandboxes)."""
     ctr = ["ctr", f"--address={socket}", "-n", "k8s.io"]
@@ -416,6 +436,10 @@ def _remove_containers(socket: Path) -> int:
 
 def is_shim(argv: list[bytes]) -> bool:
     return argv[0].endswith(b"containerd-shim-runc-v2") and str(RUNTIME_DIR / "containerd.sock").encode() in argv
+
+
+def is_node_kubelet(argv: list[bytes]) -> bool:
+    return f"--root-dir={KUBELET_ROOT}".encode() in argv
 
 
 def _kill_shims() -> int:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from pykcm.testenv import gobuild, progress
 from pykcm.testenv.errors import BuildError
-from pykcm.testenv.gobuild import built_once, run_go
+from pykcm.testenv.gobuild import built_once, locked, run_go
 
 
 def test_a_go_build_without_the_module_proxy_names_it_and_the_fix(tmp_path: Path) -> None:
@@ -60,3 +63,65 @@ def test_a_failed_build_leaves_nothing_and_is_tried_again(tmp_path: Path) -> Non
     with pytest.raises(BuildError):  # not remembered as built
         built_once(binary, failing)
     assert not binary.exists()
+
+
+def _held_for(lock: Path, seconds: float, finish: Callable[[], object] = lambda: None) -> threading.Thread:
+    """Another process's build: `lock` taken now (by another open file, as flock counts them), and
+    let go `seconds` later, after `finish()`."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = open(lock, "w")  # noqa: SIM115 - closed by the thread
+    fcntl.flock(holder, fcntl.LOCK_EX)
+
+    def release() -> None:
+        time.sleep(seconds)
+        finish()
+        holder.close()
+
+    thread = threading.Thread(target=release)
+    thread.start()
+    return thread
+
+
+def test_waiting_for_another_process_building_says_so_and_again_every_progress_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.2)
+    monkeypatch.setattr(gobuild, "LOCK_POLL", 0.01)
+    lock = tmp_path / "controlplane" / "v1.36.3.lock"
+    holder = _held_for(lock, 0.5)
+    (lock.parent / "v1.36.3.build.log").write_text("k8s.io/api/core/v1\n")  # the other build's
+    said: list[str] = []
+    with locked(lock, what="kube-apiserver, etcd", log=said.append):
+        assert not holder.is_alive()  # it got the lock only once the other let go
+    holder.join()
+    log = lock.parent / "v1.36.3.build.log"
+    assert said[0] == f"waiting for another process building kube-apiserver, etcd (log: {log})"
+    assert 1 <= len(said) - 1 <= 3  # about every 0.2 s of the 0.5 s
+    assert all(line.startswith("  waiting for another process building kube-apiserver, etcd: ") and
+               line.endswith(f"s elapsed (log: {log})") for line in said[1:])
+    said.clear()
+    with locked(lock, log=said.append):  # not busy: not a word
+        pass
+    assert said == []
+
+
+def test_a_binary_built_by_another_process_is_waited_for_by_name_and_not_built_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gobuild, "LOCK_POLL", 0.01)
+    binary = tmp_path / "tools" / "kwok-v0.8.0" / "kwok"
+
+    def other_build() -> None:
+        binary.parent.mkdir(parents=True)
+        binary.write_text("#!/bin/sh\n")
+        binary.chmod(0o755)
+
+    holder = _held_for(tmp_path / "tools" / "kwok-v0.8.0.lock", 0.2, other_build)
+    said: list[str] = []
+
+    def build(target: Path) -> None:
+        raise AssertionError("built again")
+
+    assert built_once(binary, build, log=said.append) == binary
+    holder.join()
+    assert said == [f"waiting for another process building kwok (lock: {tmp_path / 'tools' / 'kwok-v0.8.0.lock'})"]
