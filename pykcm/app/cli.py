@@ -39,7 +39,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},  # pflag's -h, which KCM has
 )
-testenv_app = typer.Typer(help="Start and stop a real local control plane (etcd + kube-apiserver).", no_args_is_help=True)
+testenv_app = typer.Typer(help="Local test environments: start and stop a real local control plane (etcd + kube-apiserver, with simulated or real nodes), and build pykcm's container image and a kind node image here, with no registry, on a private Docker engine (root).", no_args_is_help=True)
 app.add_typer(testenv_app, name="testenv")
 
 log = logging_setup.get_logger("cli")
@@ -281,30 +281,39 @@ def testenv_stop(directory: Annotated[Path, typer.Option("--dir", help="Director
     stop(directory)
 
 
+_DOCKER_DIR_HELP = "Directory of the private Docker engine (images, containerd, logs, sockets): a new or empty one, or one pykcm made (a pykcm-docker-engine file marks it); default: {}."
+
+
 @testenv_app.command("image")
 def testenv_image(
+    ctx: typer.Context,
     checkout: Annotated[Path, typer.Option(help="The pykcm checkout whose Dockerfile is built.")] = Path("."),
     save: Annotated[Path | None, typer.Option(help="Also save the image to this tarball (`docker load`, `ctr -n k8s.io images import`).")] = None,
-    docker_dir: Annotated[Path | None, typer.Option(help="Directory of the private Docker engine (images, sockets, logs); default: under the pykcm cache.")] = None,
+    docker_dir: Annotated[Path | None, typer.Option(help=_DOCKER_DIR_HELP.format("~/.cache/pykcm/docker"))] = None,
 ) -> None:
-    """Build pykcm's container image with a private Docker engine on a local Debian base (needs root, docker.io, debootstrap); print its name and size."""
+    """Build pykcm's container image here, with no registry: the checkout's Dockerfile on a local Debian base made with debootstrap, by a private Docker engine. Needs root, the Debian packages docker.io and debootstrap, a Debian mirror, and PyPI for the build stage's pip. Prints the image's name and size."""
     from pykcm.testenv import image
 
     def progress(message: str) -> None:
         typer.echo(message, err=True)
 
-    with image.built(checkout.resolve(), log=progress, directory=docker_dir) as (engine, built):
-        progress(f"layers, newest first:\n{image.layer_table(built)}")
+    # SIGTERM and SIGHUP as Ctrl-C: the engine is stopped and the temp dirs removed (as testenv start).
+    with localrun.interrupted_exit(lambda text, plain: _last_line(ctx.obj, text, plain)):
         if save is not None:
-            image.save(engine, built.name, save, log=progress)
+            image.check_save_target(save)  # before minutes of building
+        with image.built(checkout.resolve(), log=progress, directory=docker_dir) as (engine, built):
+            progress(f"layers, newest first:\n{image.layer_table(built)}")
+            if save is not None:
+                image.save(engine, built.name, save, log=progress)
     typer.echo(f"{built.name}\t{built.size / 1e6:.1f} MB")
 
 
 @testenv_app.command("kind-image")
 def testenv_kind_image(
-    docker_dir: Annotated[Path | None, typer.Option(help="Directory of the private Docker engine holding the image; default: ~/.cache/pykcm/docker-kind.")] = None,
+    ctx: typer.Context,
+    docker_dir: Annotated[Path | None, typer.Option(help=_DOCKER_DIR_HELP.format("~/.cache/pykcm/docker-kind"))] = None,
 ) -> None:
-    """Assemble a kind node image offline (Kubernetes binaries, CoreDNS and pause built here, Debian's packages; needs root, docker.io, debootstrap) and build kind; print the image's reference and size. With registry access, use the official kindest/node instead."""
+    """Assemble a kind node image here, with no registry (Kubernetes binaries, CoreDNS, pause and runc built from their sources, Debian's packages), in a private Docker engine, and build kind; print the image's reference and size. Needs root, Go, the Debian packages docker.io, debootstrap, busybox-static, gcc and libc6-dev (and libseccomp-dev and pkg-config until runc is built), the Go module proxy and a Debian mirror (the tools and packages are checked before any work). With registry access, use the official kindest/node instead."""
     from pykcm.testenv import docker
     from pykcm.testenv.errors import BuildError
     from pykcm.testenv.kind import nodeimage
@@ -312,12 +321,13 @@ def testenv_kind_image(
     def progress(message: str) -> None:
         typer.echo(message, err=True)
 
-    if missing := nodeimage.missing_prerequisites():  # before the engine starts
+    if missing := nodeimage.missing_prerequisites():  # before the engine starts or anything is built
         raise BuildError("; ".join(missing))
-    with docker.running(docker_dir or nodeimage.default_docker_directory(), log=progress) as engine:
-        reference = nodeimage.ensure_node_image(progress, engine)
-        size = nodeimage.image_size(engine, reference)
-    progress(f"kind: {nodeimage.ensure_kind(progress)}")
+    with localrun.interrupted_exit(lambda text, plain: _last_line(ctx.obj, text, plain)):  # as in testenv image
+        with docker.running(docker_dir or nodeimage.default_docker_directory(), log=progress) as engine:
+            reference = nodeimage.ensure_node_image(progress, engine)
+            size = nodeimage.image_size(engine, reference)
+        progress(f"kind: {nodeimage.ensure_kind(progress)}")
     typer.echo(f"{reference}\t{size / 1e6:.1f} MB")
 
 

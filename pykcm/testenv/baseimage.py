@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from . import hostnet
 from .docker import DockerEngine
 from .errors import BuildError
 from .gobuild import cache_dir, locked
@@ -161,8 +162,11 @@ def _debootstrap_tarball(
         elif line.startswith(("I: Unpacking ", "I: Configuring ")):
             counts["unpacked"] += 1
 
-    with tempfile.TemporaryDirectory(prefix=".rootfs-", dir=target.parent) as tmp:
-        rootfs = Path(tmp) / "rootfs"
+    # Not TemporaryDirectory: its cleanup would recurse into a /proc or /sys that an interrupted
+    # debootstrap left mounted in the target (and chmod host sysfs entries); remove_tree unmounts first.
+    tmp = Path(tempfile.mkdtemp(prefix=".rootfs-", dir=target.parent))
+    try:
+        rootfs = tmp / "rootfs"
         run_with_progress(
             ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE, str(rootfs), mirror],
             what="debootstrap", log_path=log_path, log=log, on_line=count,
@@ -175,8 +179,10 @@ def _debootstrap_tarball(
                 path.mkdir()
         if prepare is not None:
             prepare(rootfs)
-        partial = Path(tmp) / "rootfs.tar"
+        partial = tmp / "rootfs.tar"
         subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."], check=True)
         partial.replace(target)
+    finally:
+        hostnet.remove_tree(tmp)
     log(f"made the Debian {SUITE} root filesystem in {format_duration(time.monotonic() - started)} "
         f"({target.stat().st_size / 2**20:.0f} MiB) -> {target}")

@@ -4,10 +4,14 @@ It never touches a system docker: containerd and dockerd run with their own root
 and unix sockets under one directory (default: the pykcm cache), with no default bridge and no
 iptables rules, so builds and containers use the host's network (`--network host`). A bridge
 network made on purpose still works (kind's, kind/cluster.py): without iptables its published
-ports go through docker-proxy on the address they name, and nothing is masqueraded. The directory is
-locked while the engine runs; an engine left behind by a crashed run is stopped by PID and kernel
-start time (never by name) before a new one starts. Images persist in the directory, which is
-what makes a second build warm.
+ports go through docker-proxy on the address they name, and nothing is masqueraded.
+
+The engine removes and unmounts below its directory, so that directory is pykcm's alone: a new or
+empty one gets a marker file (MARKER); one holding anything else without it is refused, and so are
+`/` and a system docker's or containerd's directories, with whatever is inside or above them.
+The directory is locked while the engine runs; an engine left behind by a crashed run is stopped
+by PID and kernel start time (never by name), dockerd before containerd, before a new one starts.
+Images persist in the directory, which is what makes a second build warm.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ import os
 import shutil
 import subprocess
 import time
+import tomllib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from . import hostnet
 from .errors import ControlPlaneError
 from .gobuild import cache_dir
 from .processes import ManagedProcess, spawn, stop_all, wait_ready
@@ -32,6 +38,16 @@ from .progress import Log, format_duration
 START_TIMEOUT = 60.0
 CGROUP_PARENT = "pykcm-docker"  # every container's cgroup is below this one, in each hierarchy
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; dockerd and containerd add suffixes to their sockets
+MARKER = "pykcm-docker-engine"  # written by pykcm into each engine directory it takes
+_MARKER_TEXT = ("A private Docker engine's directory, made by pykcm (pykcm testenv image / kind-image): its images,\n"
+                "containerd root, logs and, while it runs, sockets. pykcm removes and unmounts below it.\n")
+# What earlier pykcm versions put in an engine directory, before the marker: such a directory is adopted.
+_ENGINE_ENTRIES = frozenset({"engine.lock", "engine.json", "data", "containerd", "logs", "run", MARKER})
+# A system docker's and containerd's own directories (data, state, config): an engine directory is
+# never one of them, inside one or above one (its data/, containerd/ and run/ would be theirs).
+_SYSTEM_PATHS = ("/var/lib/docker", "/var/lib/containerd", "/run/docker", "/run/containerd", "/var/run/docker",
+                 "/var/run/containerd", "/etc/docker", "/etc/containerd")
+_DOCKER_CONFIG, _CONTAINERD_CONFIG_FILE = Path("/etc/docker/daemon.json"), Path("/etc/containerd/config.toml")
 
 # The containerd under dockerd needs none of the CRI (kubelet) side.
 _CONTAINERD_CONFIG = """version = 2
@@ -100,18 +116,56 @@ class DockerEngine:
         return self.docker("image", "inspect", name, check=False).returncode == 0
 
     def stop(self) -> None:
-        # dockerd first: it stops its containers and then lets go of containerd.
-        stop_all(self.processes)
-        _remove_run_dir(_run_dir(self.directory))
-        _state_file(self.directory).unlink(missing_ok=True)
-        if self._lock is not None:
-            fcntl.flock(self._lock, fcntl.LOCK_UN)
-            self._lock.close()
-            self._lock = None
+        try:
+            _stop_dockerd_first(self.processes)
+            with contextlib.suppress(OSError, ControlPlaneError):  # the next start removes it or says why not
+                _remove_run_dir(_run_dir(self.directory))
+            _state_file(self.directory).unlink(missing_ok=True)
+        finally:
+            if self._lock is not None:
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+                self._lock.close()
+                self._lock = None
 
 
-def default_directory() -> Path:
-    return cache_dir() / "docker"
+def default_directory(purpose: str = "") -> Path:
+    """The engine's directory in the pykcm cache: `docker`, or `docker-PURPOSE` (kind's has its own)."""
+    return cache_dir() / (f"docker-{purpose}" if purpose else "docker")
+
+
+def claim_directory(directory: Path) -> None:
+    """Take `directory` (resolved) for an engine, or refuse it in one line: it must be new, empty,
+    marked as pykcm's (MARKER), an engine directory of an earlier pykcm, or the pykcm cache's; and
+    never a system docker's or containerd's path, nor inside or above one."""
+    for system in _system_paths():
+        if directory == system or directory.is_relative_to(system) or system.is_relative_to(directory):
+            raise DockerError(f"{directory} cannot be a private Docker engine's directory: it is, holds or is "
+                              f"inside {system}, a system docker's or containerd's; pass a directory of its own")
+    if (directory / MARKER).is_file():
+        return
+    if directory.exists() and not directory.is_dir():
+        raise DockerError(f"{directory} is not a directory: pass a new or empty one for the private Docker engine")
+    entries = {entry.name for entry in directory.iterdir()} if directory.exists() else set()
+    earlier = "engine.lock" in entries and entries <= _ENGINE_ENTRIES
+    in_cache = directory.parent == cache_dir().resolve() and directory.name.startswith("docker")
+    if entries and not earlier and not in_cache:
+        raise DockerError(f"{directory} is not empty and is no private Docker engine's directory (it has no {MARKER} "
+                          "file): pass a new or empty directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text(_MARKER_TEXT)
+
+
+def _system_paths() -> list[Path]:
+    """_SYSTEM_PATHS, and the data and state directories this machine's docker and containerd are
+    configured with (resolved: /var/run is /run)."""
+    paths = [Path(p) for p in _SYSTEM_PATHS]
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):  # no or an odd config: the defaults
+        docker_config = json.loads(_DOCKER_CONFIG.read_text())
+        paths += [Path(docker_config[key]) for key in ("data-root", "exec-root") if docker_config.get(key)]
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+        containerd_config = tomllib.loads(_CONTAINERD_CONFIG_FILE.read_text())
+        paths += [Path(containerd_config[key]) for key in ("root", "state") if containerd_config.get(key)]
+    return [path.resolve() for path in paths if path.is_absolute()]
 
 
 def start(directory: Path | None = None, *, log: Log, wait: float = 0.0) -> DockerEngine:
@@ -125,6 +179,7 @@ def start(directory: Path | None = None, *, log: Log, wait: float = 0.0) -> Dock
     run_dir = _run_dir(directory)
     if len(str(run_dir / "containerd.sock.ttrpc")) > _SOCKET_PATH_MAX:
         raise DockerError(f"{directory} is too long a path for the engine's unix sockets; pass a shorter directory")
+    claim_directory(directory)  # before anything is written, removed or unmounted there
     engine = DockerEngine(directory, [], _take_lock(directory, wait, log))
     try:
         _stop_leftovers(directory, log)
@@ -191,11 +246,7 @@ def _take_lock(directory: Path, wait: float, log: Log) -> IO[str]:
 def _remove_run_dir(run_dir: Path) -> None:
     """Remove the engine's runtime directory, first unmounting what dockerd leaves mounted there
     (its default network namespace stays bind-mounted after it exits)."""
-    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
-    below = [m for m in mounts if m == str(run_dir) or m.startswith(f"{run_dir}/")]
-    for mount in sorted(below, key=len, reverse=True):
-        subprocess.run(["umount", "--lazy", mount], capture_output=True, check=False)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    hostnet.remove_tree(run_dir)
 
 
 def _save_state(engine: DockerEngine) -> None:
@@ -214,8 +265,15 @@ def _stop_leftovers(directory: Path, log: Log) -> None:
     if alive:
         log(f"stopping a private Docker engine left running in {directory}: "
             + ", ".join(f"{p.name} (pid {p.pid})" for p in alive))
-        stop_all(alive)
+        _stop_dockerd_first(alive)
     _state_file(directory).unlink(missing_ok=True)
+
+
+def _stop_dockerd_first(processes: Sequence[ManagedProcess]) -> None:
+    """dockerd alone first, waited for: it stops its containers through containerd, which must still
+    run (stopped together, dockerd times out on each and leaves its shim, mounts and cgroups)."""
+    stop_all([proc for proc in processes if proc.name == "dockerd"])
+    stop_all([proc for proc in processes if proc.name != "dockerd"])
 
 
 def _start_containerd(directory: Path, run_dir: Path) -> ManagedProcess:

@@ -3,6 +3,8 @@
 Everything here is undone by `pykcm testenv stop`: the dummy interface holding the node's
 address, the pod veths, the node's iptables chain, the KUBE-* chains kubelet and kube-proxy
 add, the ip_forward setting the CNI plugin turns on, and the mounts under the node's dirs.
+remove_tree() is the dev tooling's too: a directory something may have mounted into (dockerd's
+runtime directory, a debootstrap target) is removed without ever recursing into a mount.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -165,3 +168,18 @@ def unmount_all(*roots: Path) -> list[str]:
     for point in points:
         run(["umount", "-l", point], check=False)
     return points
+
+
+def remove_tree(root: Path) -> None:
+    """Remove `root` and everything below it, after lazily unmounting whatever is mounted there.
+    A mount that stays (umount failed) is never recursed into: removing through it would delete
+    what it shows (a host /sys, a bind-mounted directory), so that raises instead, naming it."""
+    if root.is_symlink():  # only the link is ours: its target's mounts and files are not
+        root.unlink()
+        return
+    if not root.exists():
+        return
+    unmount_all(root)
+    if left := mounts_under(root):
+        raise ControlPlaneError(f"{left[-1]} is still mounted: not removing {root}")
+    shutil.rmtree(root)

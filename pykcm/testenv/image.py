@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +16,6 @@ from pathlib import Path
 from . import baseimage, docker
 from .docker import DockerEngine
 from .errors import BuildError
-from .gobuild import cache_dir
 from .progress import Log, format_duration, run_with_progress
 
 DEFAULT_NAME = "docker.io/library/pykcm:dev"  # the full name a pod's `image:` uses for `pykcm:dev`
@@ -50,7 +50,7 @@ def build(engine: DockerEngine, checkout: Path, *, log: Log, name: str = DEFAULT
     _check_checkout(checkout)
     base = baseimage.ensure_base_image(engine, log=log)
     build_base = baseimage.ensure_build_image(engine, base, log=log)
-    log_dir = cache_dir() / "images"
+    log_dir = engine.directory / "logs"  # the engine's: a build on another engine writes its own
     log(f"building {name} from {checkout} on {base}; logs: {log_dir}/pykcm-*.build.log")
     started = time.monotonic()
     args = [f"--build-arg=BASE_IMAGE={base}", f"--build-arg=BUILD_IMAGE={build_base}", str(checkout)]
@@ -89,6 +89,17 @@ def inspect(engine: DockerEngine, name: str, *, base: str = "") -> Image:
     entries = [json.loads(line) for line in history.splitlines() if line.strip()]
     layers = tuple(Layer(int(entry["Size"]), entry["CreatedBy"]) for entry in entries)
     return Image(name, info["Id"], int(info["Size"]), base, layers)
+
+
+def check_save_target(target: Path) -> None:
+    """Refuse, in one line, a `--save` path that save() could not write: before minutes of building."""
+    if target.is_dir():
+        raise BuildError(f"--save {target} is a directory: pass the tarball's file name")
+    existing = next(p for p in (target.parent.absolute(), *target.parent.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise BuildError(f"--save {target}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BuildError(f"--save {target}: {existing} is not writable")
 
 
 def save(engine: DockerEngine, name: str, target: Path, *, log: Log) -> Path:

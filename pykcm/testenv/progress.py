@@ -3,6 +3,7 @@ log file and a progress line every PROGRESS_EVERY seconds, so a cold first run i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -16,6 +17,7 @@ from .errors import BuildError
 Log = Callable[[str], None]
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines
+STOP_GRACE = 20.0  # seconds an interrupted command gets to undo what it did (debootstrap's unmounts)
 
 
 def run_with_progress(
@@ -29,10 +31,12 @@ def run_with_progress(
     on_line: Callable[[str], None] | None = None,
     status: Callable[[], str] | None = None,
     action: str | None = None,
+    stop_grace: float | None = None,
 ) -> None:
     """Run `argv` to completion, every output line into `log_path` (and to `on_line`, which may
     count them); every PROGRESS_EVERY seconds log `status()` and the elapsed time. A non-zero
-    exit raises BuildError naming `action` (default `what`) and the command's last output line."""
+    exit raises BuildError naming `action` (default `what`) and the command's last output line.
+    Interrupted, the command gets SIGTERM and `stop_grace` seconds (default STOP_GRACE) to end, then SIGKILL."""
     started = time.monotonic()
     full_env = {**os.environ, **(env or {})}
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -54,10 +58,10 @@ def run_with_progress(
                     done = f"{status()}, " if status else ""
                     log(f"  {what}: {done}{format_duration(time.monotonic() - started)} elapsed (log: {log_path})")
         except BaseException:
-            # Interrupted (a test's timeout, ^C): the command must not run on unseen, nor its
-            # output be copied into a closed log.
-            proc.kill()
-            proc.wait()
+            # Interrupted (a test's timeout, ^C, SIGTERM): the command must not run on unseen, nor its
+            # output be copied into a closed log. SIGTERM, not SIGKILL: debootstrap's exit traps
+            # unmount the /proc and /sys it mounted into its target.
+            _end(proc, STOP_GRACE if stop_grace is None else stop_grace)
             raise
         finally:
             reader.join()
@@ -65,6 +69,19 @@ def run_with_progress(
         raise BuildError(
             f"{action or what} failed (exit {proc.returncode}): {last_line(log_path)}; full output in {log_path}"
         )
+
+
+def _end(proc: subprocess.Popen[str], grace: float) -> None:
+    """SIGTERM the command, wait up to `grace` seconds, then SIGKILL it (also if this wait is
+    itself interrupted). Only the command: it stays in this process group, so that the terminal's
+    Ctrl-C and a kill of the group reach it and its children directly, as before."""
+    try:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
+    finally:
+        proc.kill()  # nothing once it has been reaped
+        proc.wait()
 
 
 def _copy_lines(proc: subprocess.Popen[str], log_file: IO[str], on_line: Callable[[str], None] | None) -> None:

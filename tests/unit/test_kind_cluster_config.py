@@ -7,9 +7,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
-from pykcm.testenv.docker import DockerEngine
+from pykcm.testenv.docker import DockerEngine, DockerError
 from pykcm.testenv.kind import cluster, nodeimage
 from pykcm.testenv.nodes import KCM_CONTROLLERS, KUBEADM_CONTROLLERS
 
@@ -67,3 +68,44 @@ def test_the_wrapper_drops_privileged_from_exec_and_leaves_the_rest(tmp_path: Pa
 def test_the_cluster_module_is_no_input_of_the_node_image() -> None:
     names = {path.name for path in nodeimage.SOURCES}
     assert "cluster.py" not in names and "nodeimage.py" in names
+
+
+class _Engine(DockerEngine):
+    """An engine holding the node image and no network; every docker command is recorded."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory, [])
+        self.calls: list[tuple[str, ...]] = []
+
+    def docker(self, *args: str, timeout: float = 300.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+        self.calls.append(args)
+        if args[:2] == ("network", "create"):  # as when the host has the bridge already
+            raise DockerError("docker network create failed (exit 1): bridge pykcm-kind already exists")
+        code = 1 if args[:2] == ("network", "inspect") else 0
+        return subprocess.CompletedProcess(list(args), code, "", "")
+
+
+def test_a_bridge_of_another_engine_is_refused_and_neither_it_nor_the_host_rule_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another engine's kind cluster runs (its bridge is on the host): a create() on this engine must
+    not, failing, remove the host rule that cluster relies on."""
+    host_commands: list[list[str]] = []
+
+    def run(argv, check: bool = True) -> subprocess.CompletedProcess[str]:
+        host_commands.append(list(argv))
+        if argv[:2] == ["ip", "-j"]:
+            return subprocess.CompletedProcess(argv, 0, "[]", "")
+        # The bridge exists; any iptables change is the host rule's.
+        return subprocess.CompletedProcess(argv, 0 if argv[:3] == ["ip", "link", "show"] else 1, "", "")
+
+    monkeypatch.setattr(cluster.hostnet, "run", run)
+    kind = tmp_path / "kind"
+    kind.write_text("#!/bin/sh\nexit 0\n")
+    kind.chmod(0o755)
+    engine = _Engine(tmp_path / "engine")
+    with pytest.raises(cluster.KindError, match="the bridge pykcm-kind exists but is no network of the engine"):
+        cluster.create(engine, "pykcm-local/kind-node:x", kind, tmp_path / "kind-dir", log=lambda _: None)
+    assert not [argv for argv in host_commands if argv[0] in ("iptables", "ip6tables")]
+    assert not [args for args in engine.calls if args[:2] == ("network", "rm")]
+    assert not (tmp_path / "kind-dir").exists()

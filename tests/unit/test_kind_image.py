@@ -18,6 +18,7 @@ import pytest
 from pykcm.testenv import images
 from pykcm.testenv.errors import BuildError
 from pykcm.testenv.kind import nodefiles, nodeimage, preload
+from pykcm.testenv.runc import RUNC_BUILD_PACKAGES
 
 # What `kubeadm config images list --kubernetes-version v1.36.3` printed (kubeadm built from the module).
 KUBEADM_V1_36_3 = (
@@ -296,11 +297,93 @@ def test_missing_prerequisites_are_one_line_each_with_the_fix(monkeypatch: pytes
     monkeypatch.setattr(nodeimage.docker.os, "geteuid", lambda: 1000)
     monkeypatch.setattr(nodeimage.baseimage.shutil, "which", lambda name: None)
     monkeypatch.setattr(nodeimage, "BUSYBOX", Path("/bin/sh"))  # present, but not static on Debian
+    monkeypatch.setattr(nodeimage, "find_go", lambda: "/usr/bin/go")
+    monkeypatch.setattr(nodeimage, "cached_runc", lambda: True)
+    monkeypatch.setattr(nodeimage.preload, "cached_pause", lambda: True)
     missing = nodeimage.missing_prerequisites()
     assert "the private Docker engine needs root (dockerd runs as root)" in missing
     assert "debootstrap is not on PATH: apt-get install debootstrap" in missing
     assert missing[-1] == "/bin/sh is not a static busybox (kube-proxy's image runs it): apt-get install busybox-static"
     assert all("\n" not in line for line in missing)
+
+
+def _only_builds_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Root, docker.io, debootstrap and busybox there; none of the C builds' packages, no Go."""
+    monkeypatch.setattr(nodeimage.docker, "missing_prerequisites", lambda: [])
+    monkeypatch.setattr(nodeimage.baseimage, "missing_prerequisites", lambda: [])
+    monkeypatch.setattr(nodeimage, "BUSYBOX", tmp_path / "busybox")
+    (tmp_path / "busybox").write_text("")
+    monkeypatch.setattr(nodeimage, "is_static", lambda path: True)
+    absent = tmp_path / "absent"
+    monkeypatch.setattr(nodeimage, "RUNC_BUILD_PACKAGES", tuple((p, str(absent / p)) for p, _ in RUNC_BUILD_PACKAGES))
+    monkeypatch.setattr(nodeimage.preload, "PAUSE_BUILD_PACKAGES",
+                        tuple((p, str(absent / p)) for p, _ in preload.PAUSE_BUILD_PACKAGES))
+
+    def no_go() -> str:
+        raise BuildError("the Go toolchain (go >= 1.26) is not on PATH: install it")
+
+    monkeypatch.setattr(nodeimage, "find_go", no_go)
+
+
+def test_the_c_builds_packages_and_go_are_prerequisites_until_their_results_are_cached(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _only_builds_missing(monkeypatch, tmp_path)
+    monkeypatch.setattr(nodeimage, "cached_runc", lambda: False)
+    monkeypatch.setattr(nodeimage.preload, "cached_pause", lambda: False)
+    packages = "gcc libseccomp-dev pkg-config libc6-dev"
+    assert nodeimage.missing_prerequisites() == [
+        f"building runc and pause needs the Debian packages {packages}: apt-get install {packages}",
+        "the Go toolchain (go >= 1.26) is not on PATH: install it",
+    ]
+    monkeypatch.setattr(nodeimage, "cached_runc", lambda: True)
+    assert nodeimage.missing_prerequisites()[0].startswith("building runc and pause needs the Debian packages gcc "
+                                                           "libc6-dev:")
+    monkeypatch.setattr(nodeimage.preload, "cached_pause", lambda: True)
+    assert nodeimage.missing_prerequisites() == ["the Go toolchain (go >= 1.26) is not on PATH: install it"]
+
+
+def test_a_compiled_pause_in_the_cache_counts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert not preload.cached_pause()
+    pause = tmp_path / "pykcm" / "images" / f"pause-{preload.PAUSE_VERSION}-0123456789ab" / "pause"
+    pause.parent.mkdir(parents=True)
+    pause.write_text("")
+    pause.chmod(0o755)
+    assert preload.cached_pause()
+
+
+def test_the_cli_names_a_missing_c_build_package_before_the_engine_starts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pykcm.app import cli
+
+    _only_builds_missing(monkeypatch, tmp_path)
+    monkeypatch.setattr(nodeimage, "cached_runc", lambda: False)
+    monkeypatch.setattr(nodeimage.preload, "cached_pause", lambda: True)
+    monkeypatch.setattr(nodeimage.docker, "running", lambda *a, **k: pytest.fail("the engine was started"))
+    assert cli.main(["testenv", "kind-image"]) == 1
+    assert capsys.readouterr().err == (
+        "pykcm: error: building runc and pause needs the Debian packages gcc libseccomp-dev pkg-config: apt-get "
+        "install gcc libseccomp-dev pkg-config; the Go toolchain (go >= 1.26) is not on PATH: install it\n"
+    )
+
+
+def test_the_help_says_what_the_commands_need_and_what_the_group_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    from pykcm.app import cli
+
+    def help_text(*command: str) -> str:
+        assert cli.main([*command, "--help"]) == 0
+        return " ".join(capsys.readouterr().out.split())
+
+    group = help_text("testenv")
+    assert "control plane" in group and "pykcm's container image and a kind node image" in group
+    kind = help_text("testenv", "kind-image")
+    for needed in ("root", "Go,", "docker.io", "debootstrap", "busybox-static", "gcc", "libc6-dev", "libseccomp-dev",
+                   "pkg-config", "the Go module proxy and a Debian mirror"):
+        assert needed in kind, needed
+    assert "offline" not in kind
+    assert "PyPI" in help_text("testenv", "image")
 
 
 def test_is_static_tells_a_static_busybox_from_a_dynamic_shell() -> None:

@@ -200,6 +200,7 @@ def create(engine: DockerEngine, image: str, kind: Path, directory: Path, *, log
     if _existing_clusters(engine):
         raise KindError(f"kind nodes already run on {engine.directory}: delete them (kind delete clusters --all "
                         f"with DOCKER_HOST={engine.host}) or use another engine directory")
+    _check_bridge_is_ours(engine)
     _check_subnet_free()
     directory.mkdir(parents=True, exist_ok=True)  # only now: a refusal above leaves nothing behind
     write_wrapper(directory, engine)
@@ -282,6 +283,17 @@ def host_traces(engine_directory: Path | None, container_ids: Iterable[str] = ()
 def _existing_clusters(engine: DockerEngine) -> list[str]:
     return engine.docker("ps", "--all", "--filter", f"label={KIND_CLUSTER_LABEL}", "--format",
                          "{{.Names}}").stdout.split()
+
+
+def _check_bridge_is_ours(engine: DockerEngine) -> None:
+    """The bridge and the host rule are machine-wide: a bridge of that name that is not this engine's
+    network is another engine's cluster's (or a crashed one's), and so is the rule guarding it. Refused
+    before anything is made, so that the cleanup of a failed create() never removes them."""
+    on_host = hostnet.run(["ip", "link", "show", BRIDGE], check=False).returncode == 0
+    if on_host and engine.docker("network", "inspect", NETWORK, check=False).returncode != 0:
+        raise KindError(f"the bridge {BRIDGE} exists but is no network of the engine at {engine.directory}: another "
+                        f"private engine's kind cluster uses it (delete that cluster first), or a crashed one left it "
+                        f"(ip link delete {BRIDGE})")
 
 
 def _check_subnet_free() -> None:

@@ -40,10 +40,10 @@ from ..build import (
 )
 from ..docker import DockerEngine
 from ..errors import BuildError
-from ..gobuild import cache_dir, ensure_go_install, locked
+from ..gobuild import cache_dir, ensure_go_install, find_go, locked
 from ..images import BUSYBOX, BUSYBOX_PACKAGE, is_static
 from ..progress import Log, format_duration, run_with_progress
-from ..runc import ensure_runc
+from ..runc import RUNC_BUILD_PACKAGES, cached_runc, ensure_runc
 from . import noderoot, preload
 from .nodefiles import (
     IMAGE_CHANGES,
@@ -97,17 +97,28 @@ class Inputs:
 
 
 def missing_prerequisites() -> list[str]:
-    """One line per missing prerequisite: root and docker.io, debootstrap, a static busybox."""
+    """One line per missing prerequisite, all checked before any long work: root and docker.io,
+    debootstrap, a static busybox, Go (kind's files come from its module), and the Debian packages of
+    the C builds until their results are cached (runc's, as the real node checks them, and pause's)."""
     missing = docker.missing_prerequisites() + baseimage.missing_prerequisites()
     if not BUSYBOX.exists() or not is_static(BUSYBOX):
         missing.append(f"{BUSYBOX} is not a static busybox (kube-proxy's image runs it): "
                        f"apt-get install {BUSYBOX_PACKAGE}")
+    wanted = [] if cached_runc() else list(RUNC_BUILD_PACKAGES)
+    if not preload.cached_pause():
+        wanted += preload.PAUSE_BUILD_PACKAGES
+    if packages := " ".join(dict.fromkeys(package for package, path in wanted if not Path(path).exists())):
+        missing.append(f"building runc and pause needs the Debian packages {packages}: apt-get install {packages}")
+    try:
+        find_go()
+    except BuildError as err:
+        missing.append(str(err))
     return missing
 
 
 def default_docker_directory() -> Path:
     """The private engine's directory for kind: not the default one, whose lock image tests take."""
-    return cache_dir() / "docker-kind"
+    return docker.default_directory("kind")
 
 
 def ensure_node_image(log: Log = print, engine: DockerEngine | None = None) -> str:
@@ -254,8 +265,10 @@ def _run_assembly(engine: DockerEngine, container: str, total: int, log_path: Pa
         elif line.startswith(LISTING):
             listed.append(line[len(LISTING):].strip())
 
+    # Interrupted, the CLI is killed at once: it forwards a SIGTERM to the container, whose PID 1 (bash)
+    # ignores it; the container is removed after.
     run_with_progress([docker.docker_cli(), "start", "--attach", container], what="node image assembly",
-                      log_path=log_path, log=log, env=engine.env(), on_line=on_line,
+                      log_path=log_path, log=log, env=engine.env(), on_line=on_line, stop_grace=0,
                       status=lambda: f"{len(imported)} of {total} images imported into the node's containerd")
     return listed
 

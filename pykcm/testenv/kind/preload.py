@@ -219,6 +219,16 @@ def pause_source() -> Path:
     return source
 
 
+# (Debian package, a file it installs) that compiling pause needs: gcc, and libc.a for -static.
+PAUSE_BUILD_PACKAGES = (("gcc", "/usr/bin/gcc"), ("libc6-dev", "/usr/lib/x86_64-linux-gnu/libc.a"))
+
+
+def cached_pause() -> bool:
+    """A compiled pause of PAUSE_VERSION is cached (by its name: finding its source needs Go and the
+    Kubernetes module, which a prerequisite check should not)."""
+    return any(is_executable(p / "pause") for p in (cache_dir() / "images").glob(f"pause-{PAUSE_VERSION}-*"))
+
+
 def ensure_pause(log: Log) -> Path:
     """A static pause binary compiled from the module's pause.c, cached by its source."""
     source = pause_source()
