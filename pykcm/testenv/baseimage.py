@@ -119,7 +119,7 @@ def ensure_rootfs_tarball(
     """The cached tarball of a Debian minbase root with `packages`, made (debootstrap) if missing."""
     mirror = mirror or debian_mirror()
     rootfs_tar = cache_dir() / "images" / f"debian-{SUITE}-{name}-{_digest(SUITE, mirror, *packages, recipe)}.tar"
-    with locked(rootfs_tar.with_suffix(".lock")):
+    with locked(rootfs_tar.with_suffix(".lock"), log=log):
         if not rootfs_tar.is_file():
             _debootstrap_tarball(rootfs_tar, mirror, packages, log, prepare)
     return rootfs_tar

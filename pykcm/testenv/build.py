@@ -105,7 +105,7 @@ def _ensure_built(components: tuple[str, ...], log: Callable[[str], None]) -> Pa
     target = cache_root() / KUBERNETES_VERSION
     if not _missing(target, components):
         return target
-    with locked(target.with_name(target.name + ".lock")):
+    with locked(target.with_name(target.name + ".lock"), what=", ".join(components), log=log):
         # Another process may have built some of them while we waited for the lock.
         if missing := _missing(target, components, adopt=True):
             _build(target, missing, log)

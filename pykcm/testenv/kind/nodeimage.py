@@ -206,7 +206,7 @@ def _ensure(engine: DockerEngine, log: Log) -> str:
         return reference
     work = cache_dir() / "kind"
     work.mkdir(parents=True, exist_ok=True)
-    with locked(work / "node-image.lock"):
+    with locked(work / "node-image.lock", what="the kind node image", log=log):
         if not engine.image_exists(reference):
             _assemble(engine, inputs, reference, work, log)
     return reference

@@ -238,7 +238,7 @@ def ensure_pause(log: Log) -> Path:
         return target / "pause"
     if shutil.which("gcc") is None:
         raise BuildError("gcc is not on PATH (the pause binary is compiled): apt-get install gcc libc6-dev")
-    with locked(target.with_name(target.name + ".lock")):
+    with locked(target.with_name(target.name + ".lock"), what="pause", log=log):
         if not is_executable(target / "pause"):
             target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
