@@ -236,26 +236,38 @@ class RestClient:
             try:
                 if not resp.headers.get("content-type", "").startswith(PROTOBUF):
                     decoder = None
-                buffer = b""
                 # A chunk often holds many events, and an event (a big CRD) may span many chunks:
-                # walk each chunk by offset, keep only the unfinished tail.
+                # walk each chunk by offset, keep only the unfinished tail, grown in place (linear
+                # time however many chunks an event spans).
+                tail = bytearray()
                 while (chunk := await resp.next_chunk()) is not None:
-                    buffer = buffer + chunk if buffer else chunk
+                    scanned = len(tail)  # no newline in it
+                    data: bytes | bytearray = chunk
+                    if tail:
+                        tail += chunk
+                        data = tail
                     start = 0
                     if decoder is not None:  # frames: a 4-byte big-endian length, then the event
-                        while len(buffer) - start >= 4:
-                            end = start + 4 + int.from_bytes(buffer[start : start + 4], "big")
-                            if end > len(buffer):
+                        while len(data) - start >= 4:
+                            size = int.from_bytes(data[start : start + 4], "big")
+                            if not 0 < size <= MAX_WATCH_FRAME:  # as client-go's stream decoder
+                                yield watch_decoding_error("empty data" if size == 0 else OBJECT_TOO_LARGE)
+                                return
+                            end = start + 4 + size
+                            if end > len(data):
                                 break
-                            yield decoder.event(buffer[start + 4 : end])
+                            yield decoder.event(data[start + 4 : end])
                             start = end
                     else:
-                        while (newline := buffer.find(b"\n", start)) >= 0:
-                            line = buffer[start:newline]
+                        while (newline := data.find(b"\n", max(start, scanned))) >= 0:
+                            line = data[start:newline]
                             start = newline + 1
                             if line and not line.isspace():
                                 yield orjson.loads(line)
-                    buffer = buffer[start:]
+                    if data is tail:
+                        del tail[:start]  # from the front: CPython moves no bytes
+                    else:
+                        tail += memoryview(chunk)[start:]
             finally:
                 resp.close()
         except (TimeoutError, HTTPError, OSError) as exc:
@@ -375,6 +387,17 @@ def response_error(method: str, code: int, headers: Mapping[str, str], body: byt
 
 
 MAX_UNSTRUCTURED_TEXT = 2048  # client-go's cap on an error answer's text
+MAX_WATCH_FRAME = 16 * 1024 * 1024  # apimachinery's streaming decoder reads no larger object
+OBJECT_TOO_LARGE = "object to decode was longer than maximum allowed size"  # its ErrObjectTooLarge
+
+
+def watch_decoding_error(err: str) -> dict[str, Any]:
+    """The ERROR event client-go's StreamWatcher ends a watch with when the stream cannot be read
+    (its ClientWatchDecoding reporter): the reflector then lists and watches again, in protobuf."""
+    message = f"unable to decode an event from the watch stream: {err}"
+    status = generic_server_response(500, "GET", message).status
+    status["details"]["causes"].append({"reason": "ClientWatchDecoding", "message": message})
+    return {"type": "ERROR", "object": status}
 
 
 class _ThrottleLog:
