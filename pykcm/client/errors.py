@@ -131,6 +131,9 @@ class TransportError(Exception):
     """No answer to use: the API server could not be reached, the connection broke (no HTTP status),
     or a success answer could not be decoded (client-go's "serializer for ... doesn't exist")."""
 
-    def __init__(self, message: str, connection_reset: bool = False) -> None:
+    def __init__(self, message: str, connection_reset: bool = False, ended: bool = False) -> None:
         super().__init__(message)
         self.connection_reset = connection_reset  # the peer reset it (ECONNRESET): worth another try to some callers
+        # The connection closed, was reset or timed out (Go's IsProbableEOF or IsTimeout), rather than
+        # carrying bytes that were no HTTP: a watch stream ending so is no error to client-go.
+        self.ended = ended

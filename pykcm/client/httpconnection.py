@@ -31,7 +31,11 @@ class HTTPError(Exception):
 
 
 class ServerDisconnected(HTTPError):
-    """The connection closed before the response was complete."""
+    """The connection closed before the response was complete; `reset` where the peer reset it."""
+
+    def __init__(self, message: str, reset: bool = False) -> None:
+        super().__init__(message)
+        self.reset = reset
 
 
 class NotSent(Exception):
@@ -159,7 +163,8 @@ class HTTPConnection(asyncio.Protocol):
             self._finish()
         elif self._state not in (_IDLE, _DONE):  # a reset is no end: Go's io.ErrUnexpectedEOF
             reason = f": {exc}" if exc else ""
-            self._fail(ServerDisconnected(f"server closed the connection before the response was complete{reason}"))
+            self._fail(ServerDisconnected(f"server closed the connection before the response was complete{reason}",
+                                          isinstance(exc, ConnectionResetError)))
         if not self.lost.done():
             self.lost.set_result(None)
 

@@ -171,7 +171,7 @@ class RestClient:
                 message = f"{method} {path}: {one_line(failed)}"
                 again = await self._retry_after(attempt, method, target, error=failed, message=message)
                 if again is None:
-                    raise TransportError(message, isinstance(failed, ConnectionResetError)) from None
+                    raise TransportError(message, retry.is_connection_reset(failed)) from None
                 continue
             again = await self._retry_after(attempt, method, target, status=resp.status, headers=resp.headers)
             if again is not None:
@@ -271,7 +271,8 @@ class RestClient:
             finally:
                 resp.close()
         except (TimeoutError, HTTPError, OSError) as exc:
-            raise TransportError(f"watch {path}: {one_line(exc)}") from None
+            ended = retry.is_broken_connection(exc) or isinstance(exc, TimeoutError)
+            raise TransportError(f"watch {path}: {one_line(exc)}", retry.is_connection_reset(exc), ended) from None
 
     async def _open_watch(self, target: str, accept: str, timeout: Timeout, path: str) -> Stream:
         """The watch's response, once its head says 2xx. As client-go's Watch, the request is sent

@@ -55,6 +55,12 @@ def after_error(attempt: int, method: str, err: BaseException, message: str, tim
     return Retry(wait, reason)
 
 
+def is_connection_reset(err: BaseException) -> bool:
+    """apimachinery's IsConnectionReset: the peer reset the connection (ECONNRESET), as opposed to
+    closing it, refusing it or timing out."""
+    return isinstance(err, ConnectionResetError) or (isinstance(err, ServerDisconnected) and err.reset)
+
+
 def is_broken_connection(err: BaseException) -> bool:
     """apimachinery's IsConnectionReset or IsProbableEOF: the peer reset or closed the connection
     (not a refused connection nor a timeout)."""

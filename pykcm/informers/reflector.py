@@ -236,10 +236,11 @@ class Reflector:
                 except StopAsyncIteration:
                     break
                 except TransportError as err:
-                    if events == 0 or self._initial is not None:
-                        raise  # it did not open, died at once, or is to stream again: back off
+                    if events == 0 or self._initial is not None or not err.ended:
+                        raise  # it did not open, died at once, is to stream again, or broke: back off
                     # Cut after it had delivered events: as client-go's stream watcher ends on an
-                    # EOF or a reset, a normal end, re-watched at once from the last version seen.
+                    # EOF, a reset or a timeout, a normal end, re-watched at once from the last version
+                    # seen (bytes that are no HTTP are an error event to it, and a relist after a backoff).
                     log.v(2).info("Watch cut, will re-watch", resource=self.label, err=one_line(err))
                     break
                 events += 1

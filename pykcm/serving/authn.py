@@ -15,7 +15,7 @@ from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.rest import RestClient
 from pykcm.serving import metrics
 from pykcm.serving.messages import Request
-from pykcm.serving.reviews import send_review
+from pykcm.serving.reviews import REVIEW_TIMEOUT, send_review
 from pykcm.util.log import get_logger
 from pykcm.util.ttlcache import TTLCache
 
@@ -92,12 +92,16 @@ class DelegatingAuthenticator:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
         try:
             review = await send_review(self.client, "/apis/authentication.k8s.io/v1/tokenreviews", body,
-                                       metrics.record_token_review)
+                                       metrics.record_token_review, total=REVIEW_TIMEOUT)
         except (ApiError, TransportError) as err:
             log.error(err, "Unable to authenticate the request (TokenReview failed)")
             raise Unauthenticated(str(err)) from None
         status = review.get("status") or {}
         if not status.get("authenticated"):
+            if status.get("error"):
+                # The apiserver's authenticator failed (an expired service account token, a JWKS it
+                # could not fetch): an error, which KCM's token cache does not keep, unlike a rejection.
+                raise Unauthenticated(str(status["error"]))
             return None
         user = status.get("user") or {}
         return _authenticated(

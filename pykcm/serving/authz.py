@@ -15,7 +15,7 @@ from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.rest import RestClient
 from pykcm.serving import metrics
 from pykcm.serving.authn import REVIEW_CACHE_TTL, UserInfo
-from pykcm.serving.reviews import send_review
+from pykcm.serving.reviews import REVIEW_TIMEOUT, send_review
 from pykcm.util.ttlcache import TTLCache
 
 PRIVILEGED_GROUPS = ("system:masters",)  # KCM's --authorization-always-allow-groups default
@@ -81,7 +81,7 @@ class DelegatingAuthorizer:
         assert self.client is not None
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
         review = await send_review(self.client, "/apis/authorization.k8s.io/v1/subjectaccessreviews", body,
-                                   metrics.record_access_review)
+                                   metrics.record_access_review, each=REVIEW_TIMEOUT)
         status = review.get("status") or {}
         denied = bool(status.get("denied"))
         return Decision(bool(status.get("allowed")) and not denied, status.get("reason", ""), denied)

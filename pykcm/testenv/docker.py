@@ -269,10 +269,17 @@ def _stop_leftovers(directory: Path, log: Log) -> None:
     _state_file(directory).unlink(missing_ok=True)
 
 
+# dockerd gives its containers this long to stop before it kills them (its default, 15 s, is our
+# whole wait for it); then it needs a few seconds more for the shims, mounts and cgroups.
+CONTAINER_STOP_TIMEOUT = 10
+DOCKERD_STOP_WAIT = 30.0
+
+
 def _stop_dockerd_first(processes: Sequence[ManagedProcess]) -> None:
     """dockerd alone first, waited for: it stops its containers through containerd, which must still
-    run (stopped together, dockerd times out on each and leaves its shim, mounts and cgroups)."""
-    stop_all([proc for proc in processes if proc.name == "dockerd"])
+    run (stopped together, dockerd times out on each and leaves its shim, mounts and cgroups), and
+    kills those that ignore their stop signal after its --shutdown-timeout, well before our wait ends."""
+    stop_all([proc for proc in processes if proc.name == "dockerd"], DOCKERD_STOP_WAIT)
     stop_all([proc for proc in processes if proc.name != "dockerd"])
 
 
@@ -306,6 +313,7 @@ def _start_dockerd(directory: Path, run_dir: Path, engine: DockerEngine) -> Mana
         "--storage-driver=overlay2",
         "--exec-opt=native.cgroupdriver=cgroupfs",
         f"--cgroup-parent={CGROUP_PARENT}",
+        f"--shutdown-timeout={CONTAINER_STOP_TIMEOUT}",
     ]
     proc = spawn("dockerd", argv, directory / "logs")
 

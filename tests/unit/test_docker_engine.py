@@ -194,6 +194,23 @@ def test_an_engine_left_behind_is_stopped_dockerd_first_too(tmp_path: Path) -> N
     assert not docker._state_file(tmp_path).exists()
 
 
+def test_dockerd_kills_stubborn_containers_before_we_stop_waiting_for_it(tmp_path: Path, monkeypatch) -> None:
+    # dockerd's own default, 15 s for its containers, was our whole wait: a container ignoring SIGTERM
+    # left dockerd SIGKILLed with its shim, mounts and cgroups behind.
+    argv: list[str] = []
+
+    def spawn(name: str, args: list[str], logs: Path) -> None:
+        argv.extend(args)
+        raise docker.DockerError("stop here")
+
+    monkeypatch.setattr(docker, "spawn", spawn)
+    engine = docker.DockerEngine(tmp_path, [])
+    with pytest.raises(docker.DockerError, match="stop here"):
+        docker._start_dockerd(tmp_path, tmp_path / "run", engine)
+    timeout = next(int(a.split("=")[1]) for a in argv if a.startswith("--shutdown-timeout="))
+    assert timeout + 10 <= docker.DOCKERD_STOP_WAIT
+
+
 # ----- removing what something may have mounted into
 
 

@@ -304,7 +304,7 @@ async def test_an_event_the_protobuf_decoder_cannot_read_turns_the_watch_to_json
 
 async def test_a_watch_cut_after_events_is_resumed_at_once_from_the_last_version():
     # client-go's stream watcher ends on an EOF or a reset as on a server's close: no backoff.
-    reset = TransportError("watch configmaps: connection reset by peer")
+    reset = TransportError("watch configmaps: connection reset by peer", True, ended=True)
     client = ScriptedClient([page([cm("a", "1")], "10")],
                             watches=[[{"type": "ADDED", "object": cm("b", "11")}, reset],
                                      [{"type": "ADDED", "object": cm("c", "12")}]])
@@ -316,10 +316,22 @@ async def test_a_watch_cut_after_events_is_resumed_at_once_from_the_last_version
 
 
 async def test_a_watch_cut_before_any_event_backs_off_before_watching_again():
-    reset = TransportError("watch configmaps: connection reset by peer")
+    reset = TransportError("watch configmaps: connection reset by peer", True, ended=True)
     client = ScriptedClient([page([cm("a", "1")], "10")],
                             watches=[[reset], [{"type": "ADDED", "object": cm("c", "12")}]])
     queue = DeltaQueue()
     reflector, backoff = reflector_with(client, queue)
     await run_until(reflector, queue, 2)
     assert client.watch_params[1]["resourceVersion"] == "10" and backoff.delays == 1 and len(client.requests) == 1
+
+
+async def test_a_watch_stream_that_breaks_with_bytes_that_are_no_http_backs_off_even_after_events():
+    # To client-go that is an error event, not an end: no re-watch at once, however many events came.
+    broken = TransportError("watch configmaps: bad chunk size: b'zz-not-a-chunk-size'")
+    client = ScriptedClient([page([cm("a", "1")], "10")],
+                            watches=[[{"type": "ADDED", "object": cm("b", "11")}, broken],
+                                     [{"type": "ADDED", "object": cm("c", "12")}]])
+    queue = DeltaQueue()
+    reflector, backoff = reflector_with(client, queue)
+    await run_until(reflector, queue, 3)
+    assert client.watch_params[1]["resourceVersion"] == "11" and backoff.delays == 1

@@ -4,6 +4,8 @@ chunks, blank lines, and lines longer than aiohttp's readline limit; protobuf fr
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,10 +15,12 @@ import pytest
 from aiohttp import web
 
 from pykcm.client.config import ClientConfig
+from pykcm.client.errors import TransportError
 from pykcm.client.protobuf import MAGIC, WATCH_ACCEPT, UndecodableEvent, WatchDecoder
 from pykcm.client.resources import CONFIGMAPS, PODS
 from pykcm.client.rest import MAX_WATCH_FRAME, RestClient
 from tests.support import loopback_server
+from tests.unit.test_http import raw_server, read_request
 
 
 def event(name: str, padding: int = 0) -> bytes:
@@ -243,3 +247,34 @@ async def test_an_event_over_many_chunks_takes_linear_time(protobuf: bool) -> No
     events = await watched(body, 1024, decoder, content_type)
     assert time.monotonic() - started < 0.5
     assert [e["object"]["metadata"]["name"] for e in events] == ["big"]
+
+
+@pytest.mark.parametrize(("tail", "ended"), [
+    (None, True),  # a reset after the event: an end to client-go's stream watcher
+    (b"zz-not-a-chunk-size\r\n", False),  # bytes that are no HTTP: an error event to it
+])
+async def test_how_a_watch_stream_broke_is_told_apart(tail: bytes | None, ended: bool) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    line = event("a") + b"\n"
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(head + b"%x\r\n%s\r\n" % (len(line), line))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        if tail is None:  # SO_LINGER 0: the close is a RST
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+            return
+        writer.write(tail)
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    async with raw_server(handle) as url:
+        api = RestClient(ClientConfig(host=url, ssl_context=None))
+        seen = []
+        with pytest.raises(TransportError) as raised:
+            async for watched in api.watch(CONFIGMAPS.path(), {}):
+                seen.append(watched["object"]["metadata"]["name"])
+        await api.close()
+    assert seen == ["a"] and raised.value.ended is ended and raised.value.connection_reset is (tail is None)
