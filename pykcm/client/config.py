@@ -9,8 +9,6 @@ endpoint, TLS material and a bearer-token source.
 from __future__ import annotations
 
 import contextlib
-import copy
-import functools
 import logging
 import os
 import ssl
@@ -221,11 +219,12 @@ def _package_credentials(kubeconfig: Kubeconfig | str | None, context: str | Non
         else:
             # Not load_kube_config: it would merge KUBECONFIG its own way (the last current-context
             # wins, an empty file is an error). A refreshed auth-provider token is written back to
-            # the file it came from, as the package (and client-go) do; an exec plugin runs in our
+            # the file its user came from, as client-go persists it (after start-up from
+            # PluginToken's thread, where the package refreshes); an exec plugin runs in our
             # working directory, as client-go runs it.
-            saved = copy.deepcopy(merged.files)
-            loader = KubeConfigLoader(merged.resolved(), active_context=context,
-                                      config_persister=functools.partial(merged.write_back, saved))
+            resolved = merged.resolved()
+            loader = KubeConfigLoader(resolved, active_context=context,
+                                      config_persister=merged.persister(resolved, context))
             loader.load_and_set(cfg)
     except Exception as exc:  # the package raises several unrelated types; the user needs one line
         raise ConfigError(f"invalid configuration: {one_line(exc)}") from None

@@ -15,20 +15,20 @@ import atexit
 import base64
 import binascii
 import contextlib
-import copy
 import os
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from pykcm.client.kubeconfigcheck import conflict, read_kubeconfig
+from pykcm.client.kubeconfigcheck import conflict, dump_yaml, read_kubeconfig
 from pykcm.util.hostport import join_host_port
-from pykcm.util.log import one_line
+from pykcm.util.log import get_logger, one_line
+
+log = get_logger("kubeconfig")
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_REREAD_PERIOD = 60.0  # client-go re-reads a token file once a minute (cachingTokenSource)
@@ -114,8 +114,8 @@ class Kubeconfig:
     doc: dict[str, Any] = field(default_factory=lambda: {"clusters": [], "users": [], "contexts": []})
     # The directory of the file each entry came from, by (kind, name): its relative paths are read there.
     bases: dict[tuple[str, Any], str] = field(default_factory=dict)
-    # Each file's document as read, sharing its entries with `doc` (see `write_back`).
-    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The file each user came from (client-go's LocationOfOrigin): a refreshed auth-provider token goes there.
+    origins: dict[Any, str] = field(default_factory=dict)
 
     def add(self, path: str, doc: dict[str, Any]) -> None:
         base = os.path.dirname(os.path.abspath(path))
@@ -124,9 +124,10 @@ class Kubeconfig:
                 if (kind, entry.get("name")) not in self.bases:
                     self.bases[kind, entry.get("name")] = base
                     self.doc[f"{kind}s"].append(entry)
+                    if kind == "user":
+                        self.origins[entry.get("name")] = path
         if doc.get("current-context") and not self.doc.get("current-context"):
             self.doc["current-context"] = doc["current-context"]
-        self.files[path] = doc
 
     @property
     def empty(self) -> bool:
@@ -135,8 +136,8 @@ class Kubeconfig:
 
     def resolved(self) -> dict[str, Any]:
         """The document with relative paths made absolute, each against its own file's directory,
-        for the package (which would read all of them against one). Sections are copied, not their
-        nested mappings: an auth provider's refreshed token lands in the files' documents."""
+        for the package (which would read all of them against one). Sections are copied, so the
+        absolute paths never reach a file (see `persister`)."""
         doc = dict(self.doc)
         for kind, keys in _PATH_KEYS.items():
             doc[f"{kind}s"] = [
@@ -146,14 +147,79 @@ class Kubeconfig:
             ]
         return doc
 
-    def write_back(self, saved: dict[str, Any]) -> None:
-        """Write each file whose document changed since `saved` (a deep copy of `files`, updated here):
-        an auth provider's refreshed token goes to the file its user came from, as client-go persists it."""
-        for path, doc in self.files.items():
-            if doc != saved.get(path):
-                with open(path, "w") as f:
-                    yaml.safe_dump(doc, f, default_flow_style=False)
-                saved[path] = copy.deepcopy(doc)
+    def persister(self, resolved: dict[str, Any], context: str | None) -> Callable[[], None] | None:
+        """What the package calls once it has refreshed an auth provider's token in `resolved` (the
+        document it was given): client-go's PersisterForUser, for the user of the context in use."""
+        chosen = _named(self.doc, "context", context or self.doc.get("current-context"))
+        user = chosen.get("user") if chosen else None
+        section = _named(resolved, "user", user)
+        if user not in self.origins or section is None:
+            return None
+        path = self.origins[user]
+        return lambda: write_back(path, user, (section.get("auth-provider") or {}).get("config") or {})
+
+
+# This process's loads of one file (--kubeconfig and --authentication-kubeconfig naming the same
+# file) take turns, rather than fail on each other's lock file.
+_writing = threading.Lock()
+
+
+def write_back(path: str, user: Any, config: dict[str, Any]) -> None:
+    """Persist an auth provider's refreshed `config` as client-go's persister does: under the lock
+    file kubectl takes too, the file is read again and only `user`'s auth-provider config replaced,
+    so that what was changed in it since start-up is kept. Runs in the package's refresh thread:
+    it never raises (client-go's Persist returns the error), a failure is one line in the log and
+    the refreshed token is still used."""
+    try:
+        with _writing, _lock_file(path):
+            try:
+                doc, problem = read_kubeconfig(path)
+            except FileNotFoundError:
+                return  # as in client-go: the user is gone from the files, nothing to write
+            if problem:
+                raise KubeconfigError(f"error loading config file {path!r}: {problem}")
+            entry = _named(doc or {}, "user", user)
+            provider = entry.get("auth-provider") if entry else None
+            if not isinstance(provider, dict):
+                return  # the user or its auth provider was removed meanwhile: client-go writes nothing either
+            provider["config"] = dict(config)
+            _replace_file(path, doc)
+    except Exception as exc:  # the package's refresh would fail on any exception, losing the new token
+        log.error(exc, "Could not write the refreshed auth-provider token to the kubeconfig", path=path)
+
+
+@contextlib.contextmanager
+def _lock_file(path: str) -> Iterator[None]:
+    """client-go's lockFile: `<path>.lock`, created exclusively; one that exists (kubectl is writing,
+    or one crashed) fails the write, as in client-go."""
+    os.close(os.open(path + ".lock", os.O_CREAT | os.O_EXCL | os.O_RDONLY, 0))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path + ".lock")
+
+
+def _replace_file(path: str, doc: Any) -> None:
+    """Write `doc` to a new file renamed over `path`'s target (a symlink stays one): a crash never
+    leaves half a kubeconfig. Mode and owner are kept, as rewriting the file in place keeps them."""
+    target = os.path.realpath(path)
+    st = os.stat(target)
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            dump_yaml(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(temp, st.st_mode & 0o7777)
+        if (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+            with contextlib.suppress(OSError):  # root writing a user's file: give it back
+                os.chown(temp, st.st_uid, st.st_gid)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temp)
+        raise
 
 
 def load_kubeconfig(paths: Iterable[str]) -> Kubeconfig:

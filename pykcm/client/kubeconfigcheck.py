@@ -11,7 +11,8 @@ ways to authenticate).
 from __future__ import annotations
 
 import os
-from typing import Any
+import re
+from typing import IO, Any
 
 import yaml
 
@@ -34,9 +35,32 @@ _FIELDS: dict[str, dict[str, type]] = {
 _TYPE_NAMES = {str: "string", bool: "boolean", list: "list", dict: "mapping", int: "number", float: "number"}
 
 
+# Go's YAML (go-yaml v2 under sigs.k8s.io/yaml, YAML 1.1) reads a bare y, Y, n or N as a boolean,
+# PyYAML as a string: read them as Go does, so that `name: y` is refused as kubectl refuses it and
+# `insecure-skip-tls-verify: y` is true; and write them quoted, so that Go reads back a string.
+_GO_BOOLS = re.compile(r"^(?:y|Y|n|N)$")
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    bool_values = {**yaml.SafeLoader.bool_values, "y": True, "n": False}
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+for _cls in (_Loader, _Dumper):
+    _cls.add_implicit_resolver("tag:yaml.org,2002:bool", _GO_BOOLS, list("yYnN"))
+
+
 def load_yaml(path: str) -> Any:
     with open(path, "rb") as f:
-        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(f, Loader=_Loader)
+
+
+def dump_yaml(doc: Any, stream: IO[str]) -> None:
+    """`doc` as block YAML that Go's YAML reads back as the same values."""
+    yaml.dump(doc, stream, Dumper=_Dumper, default_flow_style=False)
 
 
 def read_kubeconfig(path: str) -> tuple[Any, str | None]:
@@ -73,18 +97,20 @@ def _document_problem(doc: Any) -> str | None:
             return f"'{kind}s' must be a list of mappings"
         names: set[str] = set()
         for entry in entries:
-            section, name = entry.get(kind, {}), entry.get("name") or ""
+            section, name = entry.get(kind, {}), entry.get("name")
             if not isinstance(section, dict):
                 return f"each '{kind}s' entry's '{kind}' must be a mapping"
-            if not isinstance(name, str):
-                return f"each '{kind}s' entry's 'name' must be a string"
-            if problem := _field_problem(kind, entry.get("name"), section):
+            # The value as read, not its truthiness: `name: no` is YAML's false, which Go refuses.
+            if not isinstance(name, str | None):
+                return f"each '{kind}s' entry's 'name' must be a string, not a {_type_name(name)}"
+            name = name or ""  # absent: Go's empty string
+            if problem := _field_problem(kind, name, section):
                 return problem
             if name in names:  # client-go decodes each list into a map by name
                 return f"duplicate name {name!r} in '{kind}s'"
             names.add(name)
-    if not isinstance(doc.get("current-context") or "", str):  # null, as in Go, is no current context
-        return "'current-context' must be a string"
+    if not isinstance(doc.get("current-context"), str | None):  # null, as in Go, is no current context
+        return f"'current-context' must be a string, not a {_type_name(doc['current-context'])}"
     return None
 
 

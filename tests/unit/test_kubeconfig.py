@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from pykcm.client import config, kubeconfig
-from pykcm.client.kubeconfig import Credentials, FileToken, simple_kubeconfig
+from pykcm.client.kubeconfig import Credentials, FileToken, KubeconfigError, load_kubeconfig, simple_kubeconfig
+from pykcm.client.kubeconfigcheck import dump_yaml
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -32,7 +32,8 @@ def write(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any], **extra
         **extra,
     }
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(doc))
+    with path.open("w") as f:
+        dump_yaml(doc, f)  # as kubectl writes it: the context named y quoted, else Go reads a boolean
     return str(path)
 
 
@@ -132,6 +133,39 @@ def test_what_client_go_refuses_is_one_line(tmp_path: Path, cluster: dict[str, A
     with pytest.raises(kubeconfig.KubeconfigError) as err:
         simple_kubeconfig(write(tmp_path, cluster, user))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+NAMED_C = "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "contexts: [{name: no, context: {cluster: c}}]\n",  # YAML's false, which `or ""` let through
+        "contexts: [{name: off, context: {cluster: c}}]\n",
+        "contexts: [{name: y, context: {cluster: c}}]\n",  # a string to PyYAML, a boolean to Go's YAML
+        "users: [{name: N, user: {}}]\n",
+        "current-context: no\n",
+    ],
+)
+def test_a_name_yaml_reads_as_a_boolean_is_refused_as_kubectl_refuses_it(tmp_path: Path, text: str) -> None:
+    """kubectl: json: cannot unmarshal bool into Go struct field NamedContext.contexts.name of type string."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(NAMED_C + text)
+    with pytest.raises(KubeconfigError, match=r"must be a string, not a boolean$"):
+        load_kubeconfig([str(path)])
+
+
+def test_y_and_n_are_read_and_written_as_go_reads_them(tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text("clusters: [{name: c, cluster: {server: 'https://h:1', insecure-skip-tls-verify: y}},"
+                    " {name: 'n', cluster: {server: 'https://h:2', insecure-skip-tls-verify: n}}]\n")
+    loaded = load_kubeconfig([str(path)]).doc["clusters"]
+    assert [(c["name"], c["cluster"]["insecure-skip-tls-verify"]) for c in loaded] == [("c", True), ("n", False)]
+    with path.open("w") as f:
+        dump_yaml({"contexts": [{"name": "y", "context": {"cluster": "c"}}]}, f)
+    assert "name: 'y'" in path.read_text()  # bare, Go would read it back as true
+    assert load_kubeconfig([str(path)]).doc["contexts"][0]["name"] == "y"
 
 
 def test_a_token_file_wins_over_the_token_and_the_token_stands_in_when_it_cannot_be_read(tmp_path: Path) -> None:

@@ -7,17 +7,19 @@ the directory of the file they are written in."""
 
 from __future__ import annotations
 
-import copy
+import logging
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from pykcm.client.config import ConfigError, load_config
-from pykcm.client.kubeconfig import load_kubeconfig
+from pykcm.client.config import ConfigError, PluginToken, load_config
+from pykcm.client.kubeconfig import Kubeconfig, load_kubeconfig
+from pykcm.client.kubeconfigcheck import dump_yaml
 from pykcm.testenv.certs import Pki, ensure_pki
 from tests.unit.test_kubeconfig import write
 
@@ -206,6 +208,23 @@ def test_an_explicit_kubeconfig_is_not_merged_with_the_list(monkeypatch: pytest.
         load_config(str(tmp_path / "missing"))  # a missing --kubeconfig is an error, not skipped
 
 
+def refresh_as_the_package_does(merged: Kubeconfig, token: str) -> None:
+    """The package refreshes the token in the document it was given, then calls the persister."""
+    resolved = merged.resolved()
+    persist = merged.persister(resolved, None)
+    assert persist is not None
+    resolved["users"][0]["user"]["auth-provider"]["config"]["id-token"] = token
+    persist()
+
+
+def add_a_context(path: Path) -> None:
+    """As `kubectl config set-context added` does (which quotes the context named y, as dump_yaml does)."""
+    doc = yaml.safe_load(path.read_text())
+    doc["contexts"].append({"name": "added", "context": {"cluster": "c", "user": "u"}})
+    with path.open("w") as f:
+        dump_yaml(doc, f)
+
+
 def test_a_refreshed_auth_provider_token_is_written_back_to_the_file_it_came_from(tmp_path: Path) -> None:
     """The package refreshes an OIDC or GCP token in the document it was given and asks for it to
     be persisted: it is written to the user's own file, whose relative paths stay relative."""
@@ -214,11 +233,62 @@ def test_a_refreshed_auth_provider_token_is_written_back_to_the_file_it_came_fro
     second = kubeconfig_in(tmp_path, "b", INSECURE, user)
     untouched = Path(first).read_text()
     merged = load_kubeconfig([first, second])
-    saved = copy.deepcopy(merged.files)
     resolved = merged.resolved()["users"][0]["user"]
     assert resolved["tokenFile"] == str(tmp_path / "b" / "token")  # the package is given absolute paths
-    resolved["auth-provider"]["config"]["id-token"] = "new"  # as the package's refresh does
-    merged.write_back(saved)
+    refresh_as_the_package_does(merged, "new")
     written = yaml.safe_load(Path(second).read_text())["users"][0]["user"]
     assert written == {"auth-provider": {"name": "oidc", "config": {"id-token": "new"}}, "tokenFile": "token"}
     assert Path(first).read_text() == untouched
+
+
+def test_a_refreshed_token_keeps_what_was_changed_in_the_file_since_start_up(tmp_path: Path) -> None:
+    """client-go reads the file again under its lock and replaces only the user's auth-provider
+    config: a context added meanwhile (kubectl config set-context) stays, and so does the mode."""
+    path = Path(kubeconfig_in(tmp_path, "a", INSECURE, {"auth-provider": {"name": "oidc",
+                                                                          "config": {"id-token": "old"}}}))
+    path.chmod(0o640)
+    merged = load_kubeconfig([str(path)])
+    add_a_context(path)
+    refresh_as_the_package_does(merged, "new")
+    written = yaml.safe_load(path.read_text())
+    assert [c["name"] for c in written["contexts"]] == ["x", "y", "added"]
+    assert written["users"][0]["user"]["auth-provider"]["config"] == {"id-token": "new"}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert sorted(p.name for p in path.parent.iterdir()) == ["kubeconfig"]  # no lock or temporary file left
+
+
+def test_a_token_refreshed_by_the_package_keeps_a_context_added_after_start_up(tmp_path: Path) -> None:
+    """End to end: a gcp auth provider whose command gives a new token each time, refreshed in
+    PluginToken's thread as after start-up."""
+    script = tmp_path / "token.sh"
+    script.write_text('#!/bin/sh\nn=$(($(cat "$0.count" 2>/dev/null || echo 0) + 1)); echo $n > "$0.count"\n'
+                      'echo \'{"credential":{"access_token":"tok-\'$n\'","token_expiry":"2000-01-01T00:00:00Z"}}\'\n')
+    script.chmod(0o755)
+    gcp = {"name": "gcp", "config": {"cmd-path": str(script), "cmd-args": ""}}
+    path = Path(kubeconfig_in(tmp_path, "a", INSECURE, {"auth-provider": gcp}))
+    config = load_config(str(path))
+    assert isinstance(config.token_source, PluginToken)
+    add_a_context(path)
+    before = config.token_source()
+    config.token_source._refresh()  # what the thread runs
+    token = config.token_source()
+    assert token != before
+    written = yaml.safe_load(path.read_text())
+    assert [c["name"] for c in written["contexts"]] == ["x", "y", "added"]
+    assert token == "Bearer " + written["users"][0]["user"]["auth-provider"]["config"]["access-token"]
+
+
+def test_a_held_lock_file_fails_the_write_in_one_log_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """kubectl holds <file>.lock while it writes: client-go's persister then fails with an error;
+    pykcm logs it, writes nothing, leaves kubectl's lock alone, and the refresh goes on."""
+    path = Path(kubeconfig_in(tmp_path, "a", INSECURE, {"auth-provider": {"name": "oidc",
+                                                                          "config": {"id-token": "old"}}}))
+    before = path.read_text()
+    merged = load_kubeconfig([str(path)])
+    Path(f"{path}.lock").touch()
+    with caplog.at_level(logging.ERROR):
+        refresh_as_the_package_does(merged, "new")  # does not raise
+    assert path.read_text() == before and Path(f"{path}.lock").exists()
+    assert [r.getMessage() for r in caplog.records] == [
+        "Could not write the refreshed auth-provider token to the kubeconfig"]
+    assert "File exists" in caplog.records[0].kv["err"]  # type: ignore[attr-defined]
