@@ -33,22 +33,20 @@ FILTER_BUCKETS = exponential_buckets(0.001, 2, 15)
 CREATED = "201"
 NO_ANSWER = "<error>"
 
-delegated_authn_requests = Counter(
-    "apiserver_delegated_authn_request_total",
-    kcm_help(ALPHA, "Number of HTTP requests partitioned by status code."), ["code"],
-)
-delegated_authn_duration = Histogram(
-    "apiserver_delegated_authn_request_duration_seconds",
-    kcm_help(ALPHA, "Request latency in seconds. Broken down by status code."), ["code"], buckets=DELEGATED_BUCKETS,
-)
-delegated_authz_requests = Counter(
-    "apiserver_delegated_authz_request_total",
-    kcm_help(ALPHA, "Number of HTTP requests partitioned by status code."), ["code"],
-)
-delegated_authz_duration = Histogram(
-    "apiserver_delegated_authz_request_duration_seconds",
-    kcm_help(ALPHA, "Request latency in seconds. Broken down by status code."), ["code"], buckets=DELEGATED_BUCKETS,
-)
+
+def _delegated(kind: str) -> tuple[Counter, Histogram]:
+    """authenticatorfactory's or authorizerfactory's pair (`kind` authn or authz): one per review sent."""
+    return (
+        Counter(f"apiserver_delegated_{kind}_request_total",
+                kcm_help(ALPHA, "Number of HTTP requests partitioned by status code."), ["code"]),
+        Histogram(f"apiserver_delegated_{kind}_request_duration_seconds",
+                  kcm_help(ALPHA, "Request latency in seconds. Broken down by status code."), ["code"],
+                  buckets=DELEGATED_BUCKETS),
+    )
+
+
+delegated_authn_requests, delegated_authn_duration = _delegated("authn")
+delegated_authz_requests, delegated_authz_duration = _delegated("authz")
 authentication_duration = Histogram(
     "authentication_duration_seconds",
     kcm_help(ALPHA, "Authentication duration in seconds broken out by result."), ["result"], buckets=FILTER_BUCKETS,

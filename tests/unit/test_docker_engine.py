@@ -229,15 +229,21 @@ def test_a_symlink_is_removed_not_its_target(tmp_path: Path) -> None:
     assert not (tmp_path / "link").is_symlink() and (tmp_path / "target" / "kept").exists()
 
 
-@NEEDS_ROOT
-@pytest.mark.skipif(shutil.which("mount") is None, reason="no mount(8) on this machine")
-def test_a_bind_mount_below_is_unmounted_first_and_what_it_shows_is_kept(tmp_path: Path, unmounted) -> None:
+def bind_mounted_tree(tmp_path: Path) -> tuple[Path, Path]:
+    """A directory `kept` holding a file, bind-mounted at `tree`/mnt; returns (kept, tree)."""
     kept = tmp_path / "host-dir"
     kept.mkdir()
     (kept / "file").write_text("not the tree's\n")
     tree = tmp_path / "tree"
     (tree / "mnt").mkdir(parents=True)
     subprocess.run(["mount", "--bind", str(kept), str(tree / "mnt")], check=True)
+    return kept, tree
+
+
+@NEEDS_ROOT
+@pytest.mark.skipif(shutil.which("mount") is None, reason="no mount(8) on this machine")
+def test_a_bind_mount_below_is_unmounted_first_and_what_it_shows_is_kept(tmp_path: Path, unmounted) -> None:
+    kept, tree = bind_mounted_tree(tmp_path)
     hostnet.remove_tree(tree)
     assert not tree.exists() and (kept / "file").read_text() == "not the tree's\n"
     assert hostnet.mounts_under(tmp_path) == []
@@ -246,12 +252,7 @@ def test_a_bind_mount_below_is_unmounted_first_and_what_it_shows_is_kept(tmp_pat
 @NEEDS_ROOT
 @pytest.mark.skipif(shutil.which("mount") is None, reason="no mount(8) on this machine")
 def test_a_mount_that_stays_is_never_recursed_into(tmp_path: Path, monkeypatch, unmounted) -> None:
-    kept = tmp_path / "host-dir"
-    kept.mkdir()
-    (kept / "file").write_text("not the tree's\n")
-    tree = tmp_path / "tree"
-    (tree / "mnt").mkdir(parents=True)
-    subprocess.run(["mount", "--bind", str(kept), str(tree / "mnt")], check=True)
+    kept, tree = bind_mounted_tree(tmp_path)
     monkeypatch.setattr(hostnet, "unmount_all", lambda *roots: [])  # as an umount that fails
     with pytest.raises(ControlPlaneError, match=f"{tree / 'mnt'} is still mounted: not removing {tree}"):
         hostnet.remove_tree(tree)

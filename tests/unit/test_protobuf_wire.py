@@ -117,8 +117,8 @@ class NoDelay:
         return 0.001
 
 
-async def test_the_reflector_reads_the_watch_as_json_after_such_an_event() -> None:
-    client = OneBadPod()
+async def watched_twice(client: OneBadPod) -> tuple[Reflector, WatchDecoder]:
+    """A reflector reading `client`'s pods watch as protobuf, run until it has opened two watches."""
     reflector = Reflector(client, PODS, DeltaQueue(), backoff=NoDelay(), watch_list=False)
     decoder = reflector.watch_decoder = WatchDecoder(EVERY_FIELD)
     task = asyncio.create_task(reflector.run())
@@ -129,6 +129,12 @@ async def test_the_reflector_reads_the_watch_as_json_after_such_an_event() -> No
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+    return reflector, decoder
+
+
+async def test_the_reflector_reads_the_watch_as_json_after_such_an_event() -> None:
+    client = OneBadPod()
+    reflector, decoder = await watched_twice(client)
     assert client.decoders == [decoder, None] and reflector.watch_decoder is None
 
 
@@ -145,16 +151,7 @@ class OneEmptyFrame(OneBadPod):
 async def test_the_reflector_stays_on_protobuf_after_a_frame_it_cannot_read() -> None:
     # As client-go: the watch ends with an internal error, and the reflector lists and watches again.
     client = OneEmptyFrame()
-    reflector = Reflector(client, PODS, DeltaQueue(), backoff=NoDelay(), watch_list=False)
-    decoder = reflector.watch_decoder = WatchDecoder(EVERY_FIELD)
-    task = asyncio.create_task(reflector.run())
-    try:
-        async with asyncio.timeout(5):
-            while len(client.decoders) < 2:
-                await asyncio.sleep(0.01)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    reflector, decoder = await watched_twice(client)
     assert client.decoders == [decoder, decoder] and reflector.watch_decoder is decoder
 
 
