@@ -219,9 +219,16 @@ async def test_priority_and_fairness_rejecting_what_finds_no_seat(own_plane: Con
         async with running_manager(kubeconfig, "replicaset"):
             await own_client.create(REPLICASETS, replicaset_manifest("throttled", START), namespace=namespace)
             await wait_converged(own_client, namespace, "throttled")
-            async with PodSampler(own_client, namespace, "throttled").running() as sampler:
-                await own_client.patch(REPLICASETS, "throttled", {"spec": {"replicas": 40}}, namespace)
-                took = await wait_converged(own_client, namespace, "throttled", timeout=120)
+            # Whether a burst finds the 3 seats taken depends on how fast each side runs: on a busy
+            # machine one scale-up once met no rejection at all. Scale again until one is met.
+            for _ in range(3):
+                async with PodSampler(own_client, namespace, "throttled").running() as sampler:
+                    await own_client.patch(REPLICASETS, "throttled", {"spec": {"replicas": 40}}, namespace)
+                    took = await wait_converged(own_client, namespace, "throttled", timeout=120)
+                if await rejected(own_client, user) > before:
+                    break
+                await own_client.patch(REPLICASETS, "throttled", {"spec": {"replicas": START}}, namespace)
+                await wait_converged(own_client, namespace, "throttled", timeout=120)
             retried = retries_to(own_plane.apiserver_url) - retries_before
     finally:
         for path in (schema_path, level_path, CLUSTERROLEBINDINGS.path(None, user)):
