@@ -23,6 +23,7 @@ from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.controllers.replicaset.controller import CONTROLLER_POD_FIELDS
 from pykcm.informers.projection import project
 from tests.integration.test_protobuf import WIDE, collect
+from tests.protowire import field, number
 from tests.support import admin_client, create_namespace
 
 pytestmark = pytest.mark.integration
@@ -210,18 +211,6 @@ async def test_protobuf_watch_matches_the_json_watch_on_fuzzed_pods(control_plan
         await client.close()
 
 
-def varint(number: int, value: int, payload: bytes | None = None) -> bytes:
-    """A varint protobuf field, or with `payload` a length-delimited one of `value` bytes."""
-    value, out = value & (1 << 64) - 1, bytes([number << 3 | (0 if payload is None else 2)])  # int64 < 0: 10 bytes
-    while value >= 0x80:
-        out, value = out + bytes([value & 0x7F | 0x80]), value >> 7
-    return out + bytes([value]) + (payload or b"")
-
-
-def field(number: int, payload: bytes) -> bytes:
-    return varint(number, len(payload), payload)
-
-
 async def send_protobuf(client: RestClient, method: str, path: str, pod: bytes) -> None:
     """A hand-encoded pod sent as protobuf, as a Go client may: JSON cannot carry what it holds."""
     body = MAGIC + field(1, field(1, b"v1") + field(2, b"Pod")) + field(2, pod)
@@ -238,7 +227,7 @@ PLAIN = {"metadata": {"name": "u"}, "spec": {"containers": [{"name": "c", "image
 CASES = {  # the smallest pods that once differed: an annotation (protobuf), or a condition (JSON or protobuf)
     "year-minus-1": (None, {"type": "Ready", "status": "True", "lastTransitionTime": "0000-01-01T00:00:00+01:00"}),
     "invalid-utf8": (b"\xff\xfeA\xe2\x82B\xed\xa0\x80\xc3", None),  # Go's JSON: one U+FFFD for each bad byte
-    "year-beyond-2**31": (None, field(1, b"Ready") + field(2, b"True") + field(4, varint(1, 1 << 60))),
+    "year-beyond-2**31": (None, field(1, b"Ready") + field(2, b"True") + field(4, number(1, 1 << 60))),
 }
 
 

@@ -18,30 +18,9 @@ from pykcm.client.resources import PODS
 from pykcm.client.rest import RestClient, watch_decoding_error
 from pykcm.informers.delta_queue import DeltaQueue
 from pykcm.informers.reflector import Reflector
+from tests.protowire import field, number, tag, varint
 
 ZERO_TIME = -62_135_596_800  # Go's zero time.Time, 0001-01-01T00:00:00Z
-
-
-def varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # negative int32 and int64: ten bytes of two's complement
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    return bytes([*out, value])
-
-
-def tag(number: int, wire: int) -> bytes:
-    return varint(number << 3 | wire)
-
-
-def field(number: int, payload: bytes | str) -> bytes:
-    data = payload.encode() if isinstance(payload, str) else payload
-    return tag(number, 2) + varint(len(data)) + data
-
-
-def number(field_number: int, value: int) -> bytes:
-    return tag(field_number, 0) + varint(value)
 
 
 def timestamp(seconds: int, nanos: int = 0) -> bytes:

@@ -19,6 +19,7 @@ from pykcm.client.errors import TransportError
 from pykcm.client.protobuf import MAGIC, WATCH_ACCEPT, UndecodableEvent, WatchDecoder
 from pykcm.client.resources import CONFIGMAPS, PODS
 from pykcm.client.rest import MAX_WATCH_FRAME, RestClient
+from tests.protowire import field, number
 from tests.support import loopback_server
 from tests.unit.test_http import raw_server, read_request
 
@@ -51,13 +52,6 @@ async def test_events_are_split_whatever_the_chunks() -> None:
     assert names == [*(f"m{i}" for i in range(50)), "big", "split"]
 
 
-def field(number: int, payload: bytes | str) -> bytes:
-    """A length-delimited protobuf field (every length here fits one byte)."""
-    data = payload.encode() if isinstance(payload, str) else payload
-    assert len(data) < 0x80
-    return bytes([number << 3 | 2, len(data)]) + data
-
-
 def watch_event(pod: bytes) -> bytes:
     """WatchEvent{type, RawExtension{envelope}} of a pod's message."""
     envelope = MAGIC + field(1, field(1, "v1") + field(2, "Pod")) + field(2, pod)
@@ -73,11 +67,7 @@ def pod_frame(name: str) -> bytes:
 
 def timestamp(seconds: int) -> bytes:
     """Timestamp{1 seconds}: an int64 varint, ten bytes of two's complement below zero."""
-    value, out = seconds & (1 << 64) - 1, bytearray([0x08])
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    return bytes([*out, value])
+    return number(1, seconds)
 
 
 async def test_protobuf_frames_are_split_whatever_the_chunks() -> None:
@@ -181,24 +171,12 @@ async def watched(body: bytes, size: int, decoder: WatchDecoder | None, content_
         await client.close()
 
 
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    return bytes([*out, value])
-
-
-def big_field(number: int, data: bytes) -> bytes:
-    return varint(number << 3 | 2) + varint(len(data)) + data
-
-
 def padded_pod_frame(name: str, size: int) -> bytes:
     """A frame whose event is `size` bytes long: a pod padded with a field no pod has."""
     def event(padding: int) -> bytes:
-        meta = field(1, name) + big_field(99, b"x" * padding)
-        unknown = field(1, field(1, "v1") + field(2, "Pod")) + big_field(2, big_field(1, meta)) + b"\x1a\x00\x22\x00"
-        return field(1, "ADDED") + big_field(2, big_field(1, MAGIC + unknown))
+        meta = field(1, name) + field(99, b"x" * padding)
+        unknown = field(1, field(1, "v1") + field(2, "Pod")) + field(2, field(1, meta)) + b"\x1a\x00\x22\x00"
+        return field(1, "ADDED") + field(2, field(1, MAGIC + unknown))
 
     padding = size
     while len(data := event(padding)) != size:
