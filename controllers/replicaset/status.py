@@ -14,7 +14,6 @@ ptr.Equal of two nil pointers).
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +22,7 @@ from pykcm.client.rest import RestClient
 from pykcm.controller.podutil import is_pod_available, is_pod_ready
 from pykcm.controller.selectors import selector_from_set
 from pykcm.informers.store import Obj
-from pykcm.util.apitime import format_time
+from pykcm.util import apitime
 from pykcm.util.log import Logger
 
 REPLICA_FAILURE = "ReplicaFailure"
@@ -85,7 +84,7 @@ def _update_failure_condition(status: Status, rs: Obj, active_count: int, manage
         condition = {
             "type": REPLICA_FAILURE,
             "status": "True",
-            "lastTransitionTime": format_time(time.time()),
+            "lastTransitionTime": apitime.now(),
             "reason": failure_reason(active_count, spec_replicas(rs)),
             "message": str(manage_error),
         }

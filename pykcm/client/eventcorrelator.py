@@ -115,7 +115,7 @@ class EventCorrelator:
             return event, event_key(event)
         similar.messages.pop()  # stays at the limit, as client-go's PopAny
         now = self._clock()
-        stamp = apitime.format_time(now / 1e9)
+        stamp = apitime.format_time(now // 1_000_000_000)
         ref = event["involvedObject"]
         # client-go's aggregate Event carries no reporting fields: KCM's "combined" Events have none.
         aggregate = {

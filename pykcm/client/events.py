@@ -71,7 +71,7 @@ class EventRecorder:
             "resourceVersion": meta.get("resourceVersion", ""),
         }
         nanos = time.time_ns()
-        stamp = apitime.format_time(nanos / 1e9)
+        stamp = apitime.format_time(nanos // 1_000_000_000)  # truncated, as Go formats a time
         # As client-go's makeEvent: KCM's controllers name no host, so no source.host or reportingInstance.
         event = {
             "apiVersion": "v1", "kind": "Event",

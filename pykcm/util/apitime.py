@@ -44,5 +44,6 @@ def _civil_from_days(days: int) -> tuple[int, int, int]:
 
 
 def now() -> str:
-    """The current time as an API timestamp."""
-    return format_time(time.time())
+    """The current time as an API timestamp: from integer nanoseconds, truncated as Go truncates
+    (time.time()'s float can round the last 240 ns of a second up to the next)."""
+    return format_time(time.time_ns() // 1_000_000_000)

@@ -18,6 +18,7 @@ from pykcm.client.eventcorrelator import EventCorrelator
 from pykcm.client.events import EventRecorder
 from pykcm.client.fence import FencedWrite
 from pykcm.client.resources import Resource
+from pykcm.util import apitime
 
 
 class FakeApi:
@@ -318,3 +319,22 @@ async def test_only_normal_and_warning_events_are_recorded(caplog: pytest.LogCap
         await record_all(recorder_with(api), (pod(0), "Info", "Synced", "hello"), created(pod(1), 0))
     assert [e["type"] for e in api.created] == ["Normal"]
     assert any(r.getMessage() == "Unsupported event type" for r in caplog.records)
+
+
+async def test_stamps_are_truncated_to_the_second_as_go_formats_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """100 ns before a second's end a float of the Unix time rounds up to the next second; Go
+    truncates. Both the Event and the combined Event are stamped from the clock's nanoseconds."""
+    late = 1_795_763_157_999_999_900  # 2026-11-27T07:05:57.9999999Z
+    monkeypatch.setattr(events.time, "time_ns", lambda: late)
+    api = FakeApi()
+    recorder = recorder_with(api)
+    recorder.correlator = EventCorrelator(lambda: late, FakeClock())
+    await record_all(recorder, *(created(pod(0), i) for i in range(10)))
+    assert api.created[9]["message"].startswith("(combined from similar events)")
+    stamps = {e["firstTimestamp"] for e in api.created} | {e["lastTimestamp"] for e in api.created}
+    assert stamps == {"2026-11-27T07:05:57Z"}
+
+
+def test_now_is_truncated_to_the_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(apitime.time, "time_ns", lambda: 1_795_763_157_999_999_900)
+    assert apitime.now() == "2026-11-27T07:05:57Z"
