@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
@@ -67,6 +68,10 @@ def pods_to_delete(
     if count >= len(active):
         return list(active)[:count]
     now = time.time() if now is None else now
+    # Pods that tie keep their input order through the stable sort: shuffled first, ties are broken
+    # at random on every sync as KCM's (its indexer hands them out in Go's map order), so a delete
+    # refused for some tied pods (an admission policy) does not keep the others from being tried.
+    active = random.sample(active, len(active))
     ranks = ranks_by_colocated_related_pods(active, related)
     ranked = sort_for_deletion(active, ranks, now, use_deletion_cost=use_deletion_cost)
     _report_deletion_age_ratio(ranked, count, now)

@@ -247,9 +247,12 @@ class SharedInformer:
                     yield
         for i, obj in enumerate(items, 1):
             previous = old.get(object_key(obj))
+            # Every object that was cached is an update, changed or not, as client-go's Replaced
+            # deltas: KCM's ReplicaSet handler re-enqueues on it, so a ReplicaSet in a long error
+            # backoff is synced again after a relist (handlers that want changes compare versions).
             if previous is None:
                 self._dispatch_add(obj)
-            elif previous.get("metadata", {}).get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+            else:
                 self._dispatch_update(previous, obj)
             if i % CHUNK == 0:
                 yield

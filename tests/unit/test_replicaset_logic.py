@@ -187,6 +187,14 @@ def test_rank_beats_ready_time_but_cost_beats_rank() -> None:
     assert ordered[0]["metadata"]["name"] == "lonely"
 
 
+def test_tied_pods_are_chosen_at_random_as_kcms() -> None:
+    """KCM's indexer hands pods out in Go's map order, so ties are broken anew on every sync: a
+    delete refused for some tied pods does not keep the others from being tried."""
+    pods = [pod(n, node="", phase="Pending", ready=False, uid="same") for n in ("x", "y", "z")]
+    chosen = {p["metadata"]["name"] for _ in range(60) for p in pods_to_delete(pods, pods, 2, now=NOW)}
+    assert chosen == {"x", "y", "z"}
+
+
 def test_delete_all_skips_sorting() -> None:
     pods = [pod("x"), pod("y", node="")]
     assert pods_to_delete(pods, pods, 2, now=NOW) == pods
