@@ -10,5 +10,5 @@ def test_readme_tables_match_the_cli_and_metrics():
 
 def test_readme_has_exactly_the_two_setup_commands():
     text = docs.README.read_text()
-    assert "pip install . && pykcm run --local" in text
+    assert "pip install '.[local]' && pykcm run --local" in text
     assert "pip install '.[test]' && python -m pytest" in text
