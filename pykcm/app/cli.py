@@ -196,6 +196,7 @@ def run(
     if options.local:
         if options.bind_address == _defaults.bind_address:
             options.bind_address = "127.0.0.1"  # a developer's machine: serve on loopback like the control plane
+            options.flagz["bind-address"] = options.bind_address  # /flagz shows the address served on
         localrun.run_local(options, classes, local_nodes, _run_manager, lambda text, plain: _last_line(ctx.obj, text, plain))
     else:
         _run_manager(options, classes)

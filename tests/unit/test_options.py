@@ -359,3 +359,13 @@ def test_help_says_local_serves_on_loopback(capsys: pytest.CaptureFixture[str]) 
     text = " ".join(capsys.readouterr().out.split())
     assert "With --local the default is 127.0.0.1." in text
     assert "pykcm then serves on 127.0.0.1 unless" in text
+
+
+@pytest.mark.parametrize(("argv", "address"), [([], "127.0.0.1"), (["--bind-address", "::1"], "::1")])
+def test_local_serves_on_loopback_and_flagz_says_so(monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                                    address: str) -> None:
+    seen: list[tuple[str, str]] = []
+    monkeypatch.setattr(cli.localrun, "run_local",
+                        lambda options, *_: seen.append((options.bind_address, options.flagz["bind-address"])))
+    assert cli.main(["run", "--local", *argv]) == 0
+    assert seen == [(address, address)]
