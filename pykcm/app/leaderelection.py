@@ -7,7 +7,8 @@ was read, so when two candidates race, the apiserver's Conflict makes one of the
 round. This tolerates clock skew between hosts (not skew *rate*). It does not fence by itself:
 a leader that stops renewing must stop working within the renew deadline, which the manager
 ensures by exiting, and leasethread.py runs it on its own thread and fences the leader's writes
-with `renew_sent` (pykcm/client/fence.py).
+with `renew_sent` (pykcm/client/fence.py). Unlike client-go, a leader whose renewal finds the
+Lease deleted or naming another holder gives it up at once (`on_lost`), not after the deadline.
 
     elector = LeaderElector(LeaseLock(client, "kube-system", "pykcm", identity), config)
     if await elector.acquire(stop):       # standby until this returns
@@ -169,6 +170,8 @@ class LeaderElector:
         wall_clock: Callable[[], datetime.datetime] = _utcnow,
         may_write: Callable[[], str | None] = lambda: None,
         event_on_loss: bool = True,
+        on_lost: Callable[[str], None] = lambda _reason: None,
+        renew_interval: float | None = None,
     ) -> None:
         self.lock = lock
         self.config = config
@@ -183,6 +186,13 @@ class LeaderElector:
         self._may_write = may_write  # a reason not to acquire or renew now (the event loop is wedged)
         self._refusal = ""
         self._event_on_loss = event_on_loss  # False: a fenced leader writes nothing once the lease may be gone
+        # Called on this loop the moment a renewal finds the lease gone (the fence shuts then, not when
+        # renew() has returned to the main loop); lost_reason says why.
+        self._on_lost = on_lost
+        self.lost_reason = ""
+        self._leading = False  # within renew(): a deleted Lease or another holder is a lost lease
+        # Between renewals (and retries): the retry period, or less so that a fence window never closes.
+        self.renew_interval = config.retry_period if renew_interval is None else renew_interval
         self._reported_leader = ""
         metrics.leader_election_master_status.labels(self.name).set(0)
         # Present from the start, where client-go's appears on the first slow path: Prometheus'
@@ -243,6 +253,8 @@ class LeaderElector:
         try:
             current = await self.lock.get()
         except NotFound:
+            if self._leading:  # whoever creates it next leads: racing to do so could make two leaders
+                return self._lose("lease deleted", "Lease deleted while leading, stopping")
             return await self._create(desired)
         except (ApiError, TransportError) as err:
             log.error(err, "Error retrieving lease lock", lease=self._desc())
@@ -251,6 +263,11 @@ class LeaderElector:
         if current != self._observed_raw:
             self._set_observed(current)
             self._observed_raw = current
+        holder = current.holder_identity
+        if self._leading and holder not in ("", self.identity):
+            # It stays valid past our renew deadline (its countdown just restarted): waiting is double
+            # leadership. An empty holder (cleared by hand) is free, so taken back below as before.
+            return self._lose(f"lease taken by {holder}", "Lease taken by another candidate, stopping", holder=holder)
         if current.holder_identity and self._lease_valid(now) and not self.is_leader():
             log.v(4).info("Lock is held by another candidate and has not yet expired", holder=current.holder_identity)
             return False
@@ -278,6 +295,13 @@ class LeaderElector:
             return False
         self._set_observed(record, sent)
         return True
+
+    def _lose(self, reason: str, message: str, **kv: str) -> bool:
+        """Give the lease up now, for `reason`: the caller's round returns this False."""
+        self.lost_reason = reason
+        self._on_lost(reason)
+        log.error(None, message, lease=self._desc(), **kv)
+        return False
 
     def _refused(self) -> bool:
         """Whether `may_write` forbids this round; logs when that starts and ends."""
@@ -308,32 +332,40 @@ class LeaderElector:
         return False
 
     async def renew(self, stop: asyncio.Event) -> bool:
-        """Renew every retry period until `stop` is set (True) or a renewal misses the deadline (False).
+        """Renew every renew interval until `stop` is set (True) or the lease is lost (False).
 
-        Each renewal retries every retry period for up to the renew deadline; past it the lease
-        may already have expired in a standby's eyes, so leadership is given up.
+        Each renewal retries every renew interval for up to the renew deadline; past it the lease
+        may already have expired in a standby's eyes, so leadership is given up. A renewal that
+        finds the Lease deleted or held by another gives it up at once (lost_reason says which).
         """
-        while not stop.is_set():
-            renewed = False
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.config.renew_deadline):
-                    renewed = await self._poll_renew(stop)
-            self._report_transition()
-            if not renewed:
-                metrics.leader_election_master_status.labels(self.name).set(0)
-                deadline = f"{self.config.renew_deadline:g}s"
-                log.error(None, "Failed to renew lease", lease=self._desc(), deadline=deadline)
-                if self._event_on_loss:
-                    self.lock.record_event("stopped leading")
-                return False
-            log.v(5).info("Successfully renewed lease", lease=self._desc())
-            await _sleep_unless(stop, self.config.retry_period)
-        return True
+        self.lost_reason, self._leading = "", True
+        try:
+            while not stop.is_set():
+                renewed = False
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.config.renew_deadline):
+                        renewed = await self._poll_renew(stop)
+                self._report_transition()
+                if not renewed:
+                    metrics.leader_election_master_status.labels(self.name).set(0)
+                    if not self.lost_reason:  # else _lose said it
+                        deadline = f"{self.config.renew_deadline:g}s"
+                        log.error(None, "Failed to renew lease", lease=self._desc(), deadline=deadline)
+                    if self._event_on_loss:
+                        self.lock.record_event("stopped leading")
+                    return False
+                log.v(5).info("Successfully renewed lease", lease=self._desc())
+                await _sleep_unless(stop, self.renew_interval)
+            return True
+        finally:
+            self._leading = False
 
     async def _poll_renew(self, stop: asyncio.Event) -> bool:
-        """Retry every retry period until renewed; a shutdown in the meantime also ends the wait."""
+        """Retry until renewed or lost; a shutdown in the meantime also ends the wait."""
         while not await self.try_acquire_or_renew():
-            await _sleep_unless(stop, self.config.retry_period)
+            if self.lost_reason:
+                return False
+            await _sleep_unless(stop, self.renew_interval)
             if stop.is_set():
                 return True
         return True

@@ -12,7 +12,9 @@ than `heartbeat_bound` (well under the lease duration). A process stalled as a w
 frozen VM) is stopped by the WriteFence: once leading, every mutating request of the main client
 first checks that the last renewal was sent less than the lease duration minus a margin ago;
 otherwise it is refused, nothing is sent, and this elector reports the lease lost. A lost lease
-writes nothing more, not even the "stopped leading" Event (a release still records it).
+writes nothing more, not even the "stopped leading" Event (a release still records it). A renewal
+that finds the Lease deleted or held by another shuts the fence from this thread at once, and
+renewals come often enough (renew_interval) that a healthy leader's window never closes.
 
     elector = ThreadedElector(config, "kube-system", "pykcm", identity, le_config, fence, heartbeat)
     if await elector.acquire(stop):
@@ -54,6 +56,14 @@ def fence_window(config: LeaderElectionConfig) -> float:
     return lease_duration - min(max(1.0, FENCE_MARGIN * lease_duration), lease_duration / 2)
 
 
+def renew_interval(config: LeaderElectionConfig) -> float:
+    """The retry period, or half the fence's window if less: a renewal then has the other half to
+    be sent and answered before the window closes, for any setting KCM accepts (e.g. 3s/2.5s/2s)."""
+    window = fence_window(config)
+    # A lease under a second leaves no window (every write is refused): nothing to keep open.
+    return min(config.retry_period, window / 2) if window > 0 else config.retry_period
+
+
 def heartbeat_bound(config: LeaderElectionConfig) -> float:
     """How long the main loop may go without a tick before the lease is no longer renewed."""
     return min(config.renew_deadline, config.lease_duration) / 2
@@ -78,6 +88,10 @@ class ThreadedElector:
         self._fence = fence
         self._heartbeat = heartbeat
         self._fenced = asyncio.Event()
+        if (interval := renew_interval(config)) < config.retry_period:
+            log.info("Renewing the lease more often than the retry period, within the write fence's window",
+                     lease=f"{namespace}/{name}", interval=f"{interval:g}s", retryPeriod=f"{config.retry_period:g}s",
+                     window=f"{fence_window(config):g}s")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="leader-election", daemon=True)
         self._thread.start()
@@ -91,7 +105,9 @@ class ThreadedElector:
             client, namespace, name, self.identity, EventRecorder(client, component),
             request_timeout=self.config.request_timeout,
         )
-        return LeaderElector(lock, self.config, may_write=self._loop_stalled, event_on_loss=False)
+        # The fence's state is one attribute, so shutting it from this thread needs no lock.
+        return LeaderElector(lock, self.config, may_write=self._loop_stalled, event_on_loss=False,
+                             on_lost=self._fence.shut, renew_interval=renew_interval(self.config))
 
     def _loop_stalled(self) -> str | None:
         age, bound = self._heartbeat.age(), heartbeat_bound(self.config)
@@ -147,7 +163,7 @@ class ThreadedElector:
         if not self._fenced.is_set():
             renewed = bool(await renewing)
             if not renewed:
-                self._fence.shut("leader election lost")
+                self._fence.shut(self.elector.lost_reason or "leader election lost")
             return renewed
         renewing.cancel()
         await asyncio.gather(renewing, return_exceptions=True)

@@ -188,12 +188,13 @@ class Manager:
             await elector.close()
 
     async def _lead(self, elector: ThreadedElector, stop: asyncio.Event) -> None:
-        """Run the controllers while renewing; lost lease → abort and raise, signal → drain and release."""
+        """Run the controllers while renewing; lost lease → abort and raise, signal → drain and release,
+        cancelled (a second signal) → stop at once, unreleased."""
         stop_renewing, stop_controllers = asyncio.Event(), asyncio.Event()
         renewing = asyncio.create_task(elector.renew(stop_renewing), name="leader-election renew")
         running = asyncio.create_task(self._run_controllers(stop_controllers), name="controllers")
         signalled = asyncio.create_task(stop.wait())
-        lost = False
+        lost = cancelled = False
         try:
             await asyncio.wait({renewing, running, signalled}, return_when=asyncio.FIRST_COMPLETED)
             lost = renewing.done() and not _succeeded(renewing)
@@ -203,18 +204,25 @@ class Manager:
                 self._drain_timeout = 0.0
             stop_controllers.set()
             await running  # re-raises a controller crash after shutting the rest down
+        except asyncio.CancelledError:
+            cancelled = True  # a second signal: exit now, the renew task cancelled with us
+            raise
         finally:
             signalled.cancel()
             if not running.done():  # we are being cancelled ourselves
                 stop_controllers.set()
                 self._drain_timeout = 0.0
                 await asyncio.gather(running, return_exceptions=True)
-            if not lost and renewing.done() and not _succeeded(renewing):
+            if not (lost or cancelled) and renewing.done() and not _succeeded(renewing):
                 lost = True  # during the drain: no release, and said as at any other time
                 log.error(None, "leaderelection lost/stopped", lease=elector.lock.describe())
             stop_renewing.set()
+            if cancelled:  # no time to release: a standby waits out the lease
+                renewing.cancel()
+                if not lost:
+                    log.info("Exiting now without releasing the leader lease", lease=elector.lock.describe())
             still_leading = await _result_or_false(renewing)
-            if still_leading and not lost:
+            if still_leading and not (lost or cancelled):
                 await elector.release()
         if lost:
             raise ManagerError("leaderelection lost")

@@ -10,10 +10,12 @@ TLS transports of both asyncio and uvloop call send() on the socket before write
 (unless the kernel buffer is full), so a freeze lands before that check (the request is refused
 on waking) or after the bytes left (the apiserver reads them while this process is frozen); only
 the microseconds between the check and the socket's send() remain. A standby starts its own
-countdown only after it has seen that renewal, so a request that passes the check reaches the
-apiserver before any standby can lead, provided it arrives within the margin between `window`
-and the lease duration. A refused write raises FencedWrite and tells the owner (who steps down);
-nothing is sent.
+countdown only after it has seen that renewal, so a request that passes the check is sent, and
+arrives at the apiserver, before any standby can lead, provided it gets there within the margin
+between `window` and the lease duration. That bounds the wire, not the apiserver: a write held in
+its priority-and-fairness queue, by admission webhooks or by etcd may still take effect after a
+standby leads. A refused write raises FencedWrite and tells the owner (who steps down); nothing
+is sent.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -58,6 +59,32 @@ async def test_a_lease_lost_while_draining_is_said_and_not_released() -> None:
     with pytest.raises(ManagerError, match="leaderelection lost"):
         await manager_draining_for(0.2)._lead(elector, stop)  # type: ignore[arg-type]
     assert not elector.released
+
+
+async def cancelled_while_draining(everything: bool) -> Elector:
+    """A second signal during the drain: the Runner cancels every task (`everything`), or only ours."""
+    elector, stop = Elector(lose_after=None), asyncio.Event()
+    stop.set()
+    leading = asyncio.create_task(manager_draining_for(5.0)._lead(elector, stop))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    for task in asyncio.all_tasks() if everything else {leading}:
+        if task is not asyncio.current_task():
+            task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leading
+    return elector
+
+
+@pytest.mark.parametrize("everything", [True, False])
+async def test_a_second_signal_exits_unreleased_and_is_not_a_lost_lease(
+    everything: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        elector = await cancelled_while_draining(everything)
+    assert not elector.released  # no time for it: the standby waits out the lease
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    said = [r.getMessage() for r in caplog.records if "leader lease" in r.getMessage()]
+    assert said == ["Exiting now without releasing the leader lease"]
 
 
 def test_the_watch_list_gate_is_kcms_feature_gate_not_client_gos_environment_variable(monkeypatch) -> None:

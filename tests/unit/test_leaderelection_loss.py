@@ -1,0 +1,202 @@
+"""A leader that loses its Lease to another writer, and a renew interval that keeps the fence open.
+
+A Lease deleted or handed to another holder (an operator forcing a failover) ends the leading term
+at once, with the fence shut from the lease thread, rather than after the renew deadline with two
+leaders acting meanwhile. Between healthy renewals the leader waits at most half the fence's
+window, so a short lease with a long retry period does not refuse its own writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from pykcm.app import leasethread
+from pykcm.app.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
+from pykcm.app.leasethread import ThreadedElector, fence_window, renew_interval
+from pykcm.app.options import LEADER_ELECTION_JITTER
+from pykcm.client.config import ClientConfig
+from pykcm.client.fence import WriteFence
+from tests.unit.test_leaderelection import DEFAULTS, FakeLeaseApi, unique
+
+FAST = LeaderElectionConfig(lease_duration=1.5, renew_deadline=1.0, retry_period=0.1)
+
+
+def lease_path(name: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}"
+
+
+def set_holder(api: FakeLeaseApi, name: str, holder: str) -> None:
+    """An edit by hand (kubectl patch), or another candidate's takeover: a new resourceVersion."""
+    edited = copy.deepcopy(api.objects[lease_path(name)])
+    edited["spec"]["holderIdentity"] = holder
+    api._store(lease_path(name), edited)
+
+
+async def leading(
+    api: FakeLeaseApi, name: str, lost: list[str], stop: asyncio.Event | None = None
+) -> tuple[LeaderElector, asyncio.Task[bool]]:
+    lock = LeaseLock(api, "kube-system", name, "host_a")  # type: ignore[arg-type]
+    elector = LeaderElector(lock, FAST, on_lost=lost.append)
+    assert await elector.acquire(asyncio.Event())
+    renewing = asyncio.create_task(elector.renew(stop or asyncio.Event()))
+    await asyncio.sleep(0.25)  # a few renewals on the fast path
+    assert not renewing.done()
+    return elector, renewing
+
+
+# -- F1: a Lease taken or deleted under the leader ----------------------------------------------------
+
+
+async def test_a_leader_that_finds_another_holder_gives_up_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    api, name, lost = FakeLeaseApi(), unique(), []
+    elector, renewing = await leading(api, name, lost)
+
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        set_holder(api, name, "host_b")
+        # Within a retry period or two, not after the 1 s renew deadline.
+        assert await asyncio.wait_for(renewing, 0.35) is False
+
+    assert lost == ["lease taken by host_b"] and elector.lost_reason == "lease taken by host_b"
+    assert api.spec(name)["holderIdentity"] == "host_b"  # not fought over
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]  # one line, not "Failed to renew"
+    assert [r.getMessage() for r in errors] == ["Lease taken by another candidate, stopping"]
+    assert errors[0].kv["holder"] == "host_b"  # type: ignore[attr-defined]
+    assert not elector.is_leader() and elector.check() is None
+
+
+async def test_a_leader_whose_lease_is_deleted_steps_down_without_creating_it() -> None:
+    api, name, lost = FakeLeaseApi(), unique(), []
+    _, renewing = await leading(api, name, lost)
+    writes = len(api.writes)
+
+    del api.objects[lease_path(name)]  # a standby creating it now would lead too
+
+    assert await asyncio.wait_for(renewing, 0.35) is False
+    assert lost == ["lease deleted"]
+    assert ("POST", "host_a") not in api.writes[writes:] and lease_path(name) not in api.objects
+
+
+async def test_a_holder_cleared_by_hand_is_taken_back_as_before() -> None:
+    api, name, lost, stop = FakeLeaseApi(), unique(), [], asyncio.Event()
+    elector, renewing = await leading(api, name, lost, stop)
+    transitions = api.spec(name)["leaseTransitions"]
+
+    set_holder(api, name, "")
+    await asyncio.sleep(0.35)
+
+    assert not renewing.done() and lost == []
+    assert api.spec(name)["holderIdentity"] == "host_a" and api.spec(name)["leaseTransitions"] == transitions + 1
+    stop.set()
+    assert await asyncio.wait_for(renewing, 1) is True and elector.is_leader()
+
+
+class ThreadLeaseApi(FakeLeaseApi):
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def threaded(monkeypatch: pytest.MonkeyPatch) -> Iterator[ThreadLeaseApi]:
+    """The lease thread's RestClient is this fake; no LeaderElection Events."""
+    api = ThreadLeaseApi()
+    monkeypatch.setattr(leasethread, "RestClient", lambda _config, _suffix: api)
+    monkeypatch.setattr(leasethread, "EventRecorder", lambda _client, _component: None)
+    yield api
+
+
+def threaded_elector(name: str, config: LeaderElectionConfig, fence: WriteFence) -> ThreadedElector:
+    heartbeat = SimpleNamespace(age=lambda: 0.0)  # the main loop is never wedged here
+    client_config = ClientConfig(host="https://127.0.0.1:1", ssl_context=None)
+    return ThreadedElector(client_config, "kube-system", name, "host_a", config, fence, heartbeat, "pykcm")  # type: ignore[arg-type]
+
+
+async def test_the_lease_thread_shuts_the_fence_as_soon_as_it_sees_another_holder(threaded: ThreadLeaseApi) -> None:
+    name, fence = unique(), WriteFence()
+    elector = threaded_elector(name, FAST, fence)
+    try:
+        assert await elector.acquire(asyncio.Event())
+        renewing = asyncio.create_task(elector.renew(asyncio.Event()))
+        await asyncio.sleep(0.25)
+        assert fence.reason_to_refuse() is None
+
+        async def take_over() -> None:  # on the thread's loop, between two of its renewals
+            set_holder(threaded, name, "host_b")
+
+        await elector._call(take_over())
+        # The main loop is busy (blocked) for a retry period and a margin, far under the 1 s deadline:
+        # only the lease thread can shut the fence meanwhile.
+        time.sleep(0.25)
+
+        assert fence.reason_to_refuse() == "lease taken by host_b"
+        assert await asyncio.wait_for(renewing, 1) is False
+        assert fence.reason_to_refuse() == "lease taken by host_b"  # the main loop keeps the reason
+    finally:
+        await elector.close()
+
+
+# -- F2: the renew interval against the fence's window ------------------------------------------------
+
+
+def valid_settings() -> Iterator[LeaderElectionConfig]:
+    """A grid of the (L, R, P) KCM accepts: L > R > 1.2 P > 0, L from 1 s to 20 s."""
+    for lease in [1.0 + step / 2 for step in range(39)] + [2.9, 3.9, 4.99]:
+        for renew in (lease * f for f in (0.3, 0.5, 0.66, 0.8, 0.95, 0.999)):
+            for retry in (renew / LEADER_ELECTION_JITTER * f for f in (0.1, 0.5, 0.9, 0.999)):
+                yield LeaderElectionConfig(lease, renew, retry)
+
+
+def test_a_renewal_always_has_half_the_window_to_be_sent_and_answered() -> None:
+    checked = 0
+    for config in valid_settings():
+        interval, window = renew_interval(config), fence_window(config)
+        assert 0 < interval <= config.retry_period, config
+        # A round trip (0.5 s, or half the window for leases under 3 s) fits before the window closes.
+        assert interval + min(0.5, window / 2) <= window, config
+        checked += 1
+    assert checked > 900
+
+
+def test_the_renew_interval_is_the_retry_period_for_usual_settings() -> None:
+    assert renew_interval(DEFAULTS) == 2.0
+    assert renew_interval(LeaderElectionConfig(60.0, 40.0, 5.0)) == 5.0
+    # The review's crash loop: the window is 2 s, renewals were every 2 s plus a round trip.
+    assert renew_interval(LeaderElectionConfig(3.0, 2.5, 2.0)) == 1.0
+
+
+async def test_a_healthy_leader_with_a_short_lease_keeps_its_fence_open(
+    threaded: ThreadLeaseApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    # KCM accepts 2s/1.5s/1.2s; the write window is 1 s, under the 1.2 s retry period.
+    config, fence = LeaderElectionConfig(2.0, 1.5, 1.2), WriteFence()
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        elector = threaded_elector(unique(), config, fence)
+    shortened = [r for r in caplog.records if r.getMessage().startswith("Renewing the lease more often")]
+    assert len(shortened) == 1 and shortened[0].kv["interval"] == "0.5s"  # type: ignore[attr-defined]
+    try:
+        assert await elector.acquire(asyncio.Event())
+        stop = asyncio.Event()
+        renewing = asyncio.create_task(elector.renew(stop))
+        for _ in range(32):  # 1.6 s: past the window and the retry period
+            assert fence.reason_to_refuse() is None
+            await asyncio.sleep(0.05)
+        stop.set()
+        assert await asyncio.wait_for(renewing, 2) is True
+    finally:
+        await elector.close()
+
+
+async def test_default_settings_say_nothing_of_the_renew_interval(
+    threaded: ThreadLeaseApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        elector = threaded_elector(unique(), DEFAULTS, WriteFence())
+    await elector.close()
+    assert not [r for r in caplog.records if "more often" in r.getMessage()]
+    assert elector.elector.renew_interval == DEFAULTS.retry_period
