@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from pykcm.client.rest import RestClient
+from pykcm.testenv import interrupts
+from pykcm.testenv.build import ensure_binaries
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.errors import ControlPlaneError
@@ -46,15 +48,31 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for name in sorted(wanted):
         if started := start_background_build(name):
             _terminal_log(session.config)(started)
+    if any(item.get_closest_marker("integration") or item.get_closest_marker("e2e") for item in session.items):
+        _build_control_plane(_terminal_log(session.config))
+
+
+def _build_control_plane(log: Callable[[str], None]) -> None:
+    """The control plane's binaries, built before the first test and so outside every test's time
+    limit: cold, on 2 cores, the build takes about 10 minutes, and the first fixture to need them
+    would time out at 600 s without root (as root, the real node's test comes first, with 45)."""
+    try:
+        ensure_binaries(need_kubectl=True, log=log)
+    except (ControlPlaneError, OSError) as err:  # the first test that needs them reports it again
+        log(f"building the control plane failed: {err}")
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Captured logs in failure reports as klog lines, so they carry the key/values (err, key)
-    that pytest's default format drops."""
+    that pytest's default format drops. SIGTERM and SIGHUP end the session as Ctrl-C does."""
     plugin = config.pluginmanager.getplugin("logging-plugin")
     if plugin is not None:
         plugin.report_handler.setFormatter(KlogFormatter())
+    # SIGTERM (a CI job cancelled, `timeout`) and SIGHUP (a closed terminal) unwind the session as
+    # Ctrl-C does: the local clusters' processes live in sessions of their own, and Python's default
+    # action would end pytest with them running. An ignored SIGHUP (nohup, as CI runs) stays ignored.
+    interrupts.raise_on_termination()
 
 
 def _terminal_log(config: pytest.Config) -> Callable[[str], None]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from .buildcache import adopt_legacy, is_current, selected_modules, wrapper_hash, write_stamp
 from .errors import BuildError
-from .gobuild import cache_dir, find_go, format_duration, is_executable, locked, run_go
+from .gobuild import build_dir, cache_dir, find_go, format_duration, is_executable, locked, publish, run_go
 
 KUBERNETES_VERSION = "v1.36.3"
 GOMOD_DIR = Path(__file__).parent / "gomod"
@@ -149,15 +148,15 @@ def _build(target: Path, components: tuple[str, ...], log: Callable[[str], None]
     )
     started = time.monotonic()
     target.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
-        src, out = Path(tmp) / "src", Path(tmp) / "bin"
+    with build_dir(target) as tmp:
+        src, out = tmp / "src", tmp / "bin"
         # The installed package may be read-only and `go build -mod=mod` may rewrite go.sum.
         shutil.copytree(GOMOD_DIR, src)
         argv = [go, "build", "-v", "-trimpath", "-o", f"{out}/", "-ldflags", LDFLAGS, *(f"./{c}" for c in components)]
-        run_go(argv, what=names, cwd=src, log_path=log_path, log=log, env={"GOFLAGS": "-mod=mod"})
+        run_go(argv, what=names, cwd=src, temp=tmp, log_path=log_path, log=log, env={"GOFLAGS": "-mod=mod"})
         if missing := [name for name in components if not is_executable(out / name)]:
             raise BuildError(f"go build finished without producing {', '.join(missing)}; see {log_path}")
         for name in components:
-            os.replace(out / name, target / name)
+            publish(out / name, target / name)  # on disk before its stamp
             write_stamp(target / name, wrapper_hash(GOMOD_DIR, name))
     log(f"built {names} {KUBERNETES_VERSION} in {format_duration(time.monotonic() - started)} -> {target}")

@@ -21,7 +21,7 @@ import re
 import shutil
 from pathlib import Path
 
-from .gobuild import is_executable
+from .gobuild import is_built, is_executable, publish
 
 STAMP_SUFFIX = ".stamp"
 _BUILDINFO_MAGIC = b"\xff Go buildinf:"
@@ -93,7 +93,7 @@ def _stamp_path(binary: Path) -> Path:
 
 def is_current(binary: Path, wrapper: str, selection: dict[str, str]) -> bool:
     """Whether `binary` exists, was built from this wrapper and from modules go.mod still selects."""
-    if not is_executable(binary):
+    if not is_built(binary):
         return False
     try:
         stamp = json.loads(_stamp_path(binary).read_text())
@@ -134,7 +134,7 @@ def adopt_legacy(target: Path, name: str, wrapper: str, selection: dict[str, str
             os.link(source, tmp)  # no copy of ~100 MB when on one filesystem
         except OSError:
             shutil.copy2(source, tmp)
-        os.replace(tmp, target / name)
+        publish(tmp, target / name)
         write_stamp(target / name, wrapper)
         return True
     return False

@@ -11,8 +11,10 @@ would analyse every one of its two thousand dependencies first).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,7 +26,8 @@ from xml.etree import ElementTree
 
 from .build import KUBERNETES_VERSION, LDFLAGS
 from .errors import BuildError
-from .gobuild import Log, built_once, cache_dir, find_go, format_duration, is_executable, run_go
+from .gobuild import Log, build_dir, built_once, cache_dir, find_go, format_duration, is_executable, publish, run_go
+from .interrupts import deferred
 
 E2E_GOMOD_DIR = Path(__file__).parent / "gomod-e2e"
 E2E_PACKAGE = "k8s.io/kubernetes/test/e2e"
@@ -49,7 +52,7 @@ def e2e_cache_dir() -> Path:
 
 def ensure_e2e_test(log: Log = print) -> Path:
     """The path of `e2e.test`, building it on first use (about 10 minutes on 2 cores)."""
-    return built_once(e2e_cache_dir() / E2E_BINARY, lambda directory: _build(directory, log))
+    return built_once(e2e_cache_dir() / E2E_BINARY, lambda directory: _build(directory, log), log)
 
 
 def _build(target: Path, log: Log) -> None:
@@ -58,21 +61,20 @@ def _build(target: Path, log: Log) -> None:
     log(f"building {E2E_BINARY} {KUBERNETES_VERSION} from {E2E_PACKAGE}: a one-time cost of several minutes; "
         f"log: {log_path}")
     started = time.monotonic()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
-        src, out = Path(tmp) / "src", Path(tmp) / "bin" / E2E_BINARY
+    with build_dir(target) as tmp:
+        src, out = tmp / "src", tmp / "bin" / E2E_BINARY
         shutil.copytree(E2E_GOMOD_DIR, src)  # the installed package may be read-only
         # The module's go.sum is complete (`go mod tidy` over suite/), so the build resolves nothing new.
         env = {"GOFLAGS": "-mod=readonly"}  # the control plane's settings, so its build cache is reused
         packages_log = log_path.with_name(log_path.name.replace(".build.log", ".packages.log"))
         run_go([go, "build", "-v", "-trimpath", "-tags", "tools", "./suite"],
-               what=f"{E2E_BINARY} packages", cwd=src, log_path=packages_log, log=log, env=env)
+               what=f"{E2E_BINARY} packages", cwd=src, temp=tmp, log_path=packages_log, log=log, env=env)
         run_go([go, "test", "-c", "-vet=off", "-trimpath", "-ldflags", LDFLAGS, "-o", str(out), E2E_PACKAGE],
-               what=E2E_BINARY, cwd=src, log_path=log_path, log=log, env=env)
+               what=E2E_BINARY, cwd=src, temp=tmp, log_path=log_path, log=log, env=env)
         if not is_executable(out):
             raise BuildError(f"go test -c finished without producing {E2E_BINARY}; see {log_path}")
         target.mkdir(parents=True, exist_ok=True)
-        os.replace(out, target / E2E_BINARY)
+        publish(out, target / E2E_BINARY)
     log(f"built {E2E_BINARY} {KUBERNETES_VERSION} in {format_duration(time.monotonic() - started)} -> {target}")
 
 
@@ -142,9 +144,12 @@ def run_e2e(
     kubectl: Path | None = None, log: Log = print,
 ) -> E2ERun:
     """Run e2e.test once, at most `timeout` seconds (then it is interrupted, then killed); its
-    output goes to report_dir/e2e.log and its JUnit report to report_dir/junit_01.xml."""
+    output goes to report_dir/e2e.log and its JUnit report to report_dir/junit_01.xml. Every
+    PROGRESS_EVERY seconds a line says how many specs have finished. An exception while it runs
+    (^C, a test's timeout) ends it, with its children, before it propagates."""
     report_dir.mkdir(parents=True, exist_ok=True)
     log_path, junit_path = report_dir / "e2e.log", report_dir / "junit_01.xml"
+    junit_path.unlink(missing_ok=True)  # an earlier run's report must not pass for this run's
     argv = e2e_argv(binary, kubeconfig, report_dir, focus=focus, skip=skip, timeout=timeout, kubectl=kubectl)
     log(f"running {E2E_BINARY} (at most {format_duration(timeout)}); log: {log_path}")
     started = time.monotonic()
@@ -154,29 +159,95 @@ def run_e2e(
         out.write(" ".join(argv) + "\n")
         out.flush()
         env = {**os.environ, "TMPDIR": tmp}
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=report_dir, env=env)
-        exit_code = _wait(proc, started + timeout, log)
+        # A process group of its own, so that _end reaches the kubectl processes it runs too (the
+        # terminal's ^C no longer does: _end forwards it). deferred(): no signal raises between the
+        # fork and `proc`, which would leave it running unseen.
+        with deferred():
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=report_dir, env=env,
+                                    start_new_session=True)
+        try:
+            exit_code = _wait(proc, started, started + timeout, log, log_path)
+        except BaseException:
+            # Not left running against a cluster the caller is about to stop, in a TMPDIR removed here.
+            with contextlib.suppress(Exception):  # the log's stream may be what failed
+                log(f"{E2E_BINARY} interrupted: stopping it (at most {format_duration(INTERRUPT_GRACE)})")
+            _end(proc, INTERRUPT_GRACE)
+            raise
     seconds = time.monotonic() - started
-    results = parse_junit(junit_path) if junit_path.exists() else {}
+    results = _read_report(junit_path, log_path, log)
     counts = ", ".join(f"{sum(r.status == s for r in results.values())} {s}" for s in ("passed", "failed", "skipped"))
     log(f"{E2E_BINARY} exited {exit_code} after {format_duration(seconds)}: {counts}")
     return E2ERun(results, exit_code, seconds, log_path, junit_path)
 
 
-def _wait(proc: subprocess.Popen[bytes], deadline: float, log: Log) -> int | None:
-    try:
-        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-    # Ginkgo reports an interrupted suite (and runs its cleanup) on SIGINT; kill it if that hangs.
+PROGRESS_EVERY = 30.0  # seconds between progress lines while e2e.test runs
+INTERRUPT_GRACE = 60.0  # seconds e2e.test gets after SIGINT to report and clean up, then SIGKILL
+# Ginkgo's verbose reporter starts a line with its result for each spec that ran: "• [12.3 seconds]",
+# "• [FAILED] [60.0 seconds]", "S [SKIPPED] [0.5 seconds]" (skipped at run time); the specs left out by
+# --ginkgo.focus/skip are bare "S"s.
+_SPEC_DONE = re.compile(rb"^(?:\xe2\x80\xa2 |S \[SKIPPED\])", re.MULTILINE)
+
+
+def _wait(proc: subprocess.Popen[bytes], started: float, deadline: float, log: Log, log_path: Path) -> int | None:
+    finished = _FinishedSpecs(log_path)
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            return proc.wait(timeout=min(PROGRESS_EVERY, left))
+        except subprocess.TimeoutExpired:
+            pass
+        if deadline > time.monotonic():
+            log(f"  {E2E_BINARY}: {finished.count()} specs finished, "
+                f"{format_duration(time.monotonic() - started)} elapsed (log: {log_path})")
+    if (code := proc.poll()) is not None:
+        return code
     log(f"{E2E_BINARY} ran past its time limit: interrupting it")
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    _end(proc, INTERRUPT_GRACE)
     return None
+
+
+def _end(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGINT to e2e.test's group (Ginkgo then reports the interrupted suite and runs its cleanup),
+    then SIGKILL to the group after `grace` seconds, or at once if this wait is itself interrupted."""
+    try:
+        _signal_group(proc, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
+    finally:
+        _signal_group(proc, signal.SIGKILL)  # also what it left running (kubectl), once it has exited
+        proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
+        os.killpg(proc.pid, signum)
+
+
+class _FinishedSpecs:
+    """Counts the result lines in the e2e log as it grows, reading only what is new."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.done, self.partial = path, 0, 0, b""
+
+    def count(self) -> int:
+        with contextlib.suppress(OSError), open(self.path, "rb") as file:
+            file.seek(self.offset)
+            chunk = self.partial + file.read()
+            self.offset = file.tell()
+            complete, _, self.partial = chunk.rpartition(b"\n")
+            self.done += len(_SPEC_DONE.findall(complete))
+        return self.done
+
+
+def _read_report(junit_path: Path, log_path: Path, log: Log) -> dict[str, SpecResult]:
+    """The JUnit report's results; none if e2e.test wrote none, or was killed while writing it
+    (Ginkgo writes it in place, so a SIGKILL can leave it cut short)."""
+    if not junit_path.exists():
+        return {}
+    try:
+        return parse_junit(junit_path)
+    except (ElementTree.ParseError, OSError) as err:
+        log(f"unreadable JUnit report {junit_path} ({err}); see {log_path}")
+        return {}
 
 
 def parse_junit(path: Path) -> dict[str, SpecResult]:

@@ -129,25 +129,90 @@ def is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
+def is_built(path: Path) -> bool:
+    """`path` is executable and not left empty or zero-filled by a machine crash (binaries published
+    before publish() synced them could be: a rename can reach the disk before the data it names).
+    One short read, so cheap on every run."""
+    if not is_executable(path):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4).strip(b"\0") != b""
+    except OSError:
+        return False
+
+
 def built_once(binary: Path, build: Callable[[Path], None], log: Log | None = None) -> Path:
-    """`binary`, made by `build(binary.parent)` where it is missing; concurrent runs build it once
-    (a run that waits for another's build says so on `log`)."""
+    """`binary`, made by `build(binary.parent)` where it is missing (or broken); concurrent runs
+    build it once (a run that waits for another's build says so on `log`)."""
     target = binary.parent
-    if not is_executable(binary):
+    if not is_built(binary):
         with locked(target.with_name(target.name + ".lock"), what=binary.name, log=log):
-            if not is_executable(binary):  # another process may have built it while we waited
+            if not is_built(binary):  # another process may have built it while we waited
                 build(target)
     return binary
 
 
+@contextmanager
+def build_dir(target: Path) -> Iterator[Path]:
+    """A new directory beside `target` for one build of it, removed however the build ends, with Go's
+    work directory in it (run_go's `temp`). Python cannot remove it after a SIGKILL or a crash, so
+    those of earlier builds of `target` are removed first: call it under target's lock, so that none
+    of them is another run's build in progress."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{target.name}.build-"
+    for stale in target.parent.iterdir():
+        if stale.name.startswith(prefix):
+            shutil.rmtree(stale, ignore_errors=True)
+    # A failed removal must not replace the build's error: go's compilers, left running by a SIGTERM
+    # to go alone, may still write in it. The next build of `target` removes what is left.
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=target.parent, ignore_cleanup_errors=True) as tmp:
+        yield Path(tmp)
+
+
+def publish(built: Path, dest: Path) -> None:
+    """Move a finished build (a file, or a directory of them, which replaces what `dest` holds) to
+    `dest` for good: its data reach the disk before the rename, and the rename before we return, so
+    that a machine crash cannot leave an empty binary under the final name."""
+    if built.is_dir():
+        for path in built.iterdir():
+            _fsync(path)
+        if dest.exists():  # a broken earlier build: a directory cannot be renamed over a full one
+            shutil.rmtree(dest)
+    _fsync(built)
+    os.replace(built, dest)
+    _fsync(dest.parent)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def run_go(
-    argv: Sequence[str], *, what: str, cwd: Path, log_path: Path, log: Log, env: dict[str, str] | None = None
+    argv: Sequence[str],
+    *,
+    what: str,
+    cwd: Path,
+    temp: Path,
+    log_path: Path,
+    log: Log,
+    env: dict[str, str] | None = None,
 ) -> None:
     """Run one `go` command (pass `-v` to builds), logging its output and reporting progress.
 
     Go prints a line per module downloaded and, with -v, per package compiled: those are counted
     into a progress line every PROGRESS_EVERY seconds, so a first build is visibly moving.
+    `temp` is the build's own directory (build_dir()), which holds Go's work directory.
     """
+    # Go removes its work directory ($WORK, gigabytes for the control plane) only when it ends by
+    # itself: `go build` handles no signal. Inside `temp` it goes when the build's directory does.
+    gotmp = temp / "gowork"
+    gotmp.mkdir(exist_ok=True)
+    env = {**(env or {}), "GOTMPDIR": str(gotmp)}
     counts = {"downloaded": 0, "compiled": 0}
 
     def count(line: str) -> None:
@@ -214,21 +279,21 @@ def ensure_go_install(
         log_path = target.with_name(target.name + ".build.log")
         log(f"building {name} {version} from its Go module (one-time, a few minutes); log: {log_path}")
         started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
-            out = Path(tmp) / "bin"
+        with build_dir(target) as tmp:
+            out = tmp / "bin"
             env = {"GOBIN": str(out), "CGO_ENABLED": "1" if cgo else "0"}
             tag_args = ["-tags", ",".join(tags)] if tags else []
-            cwd = Path(tmp)
+            cwd = tmp
             if module_dir is not None:
-                cwd = Path(tmp) / "src"
+                cwd = tmp / "src"
                 shutil.copytree(module_dir, cwd)  # an installed package may be read-only
                 argv = [go, "build", "-v", "-trimpath", "-mod=readonly", *tag_args, "-o", str(out / name), package]
             else:
                 argv = [go, "install", "-v", "-trimpath", *tag_args, f"{package}@{version}"]
-            run_go(argv, what=name, cwd=cwd, log_path=log_path, log=log, env=env)
+            run_go(argv, what=name, cwd=cwd, temp=tmp, log_path=log_path, log=log, env=env)
             if not is_executable(out / name):
                 raise BuildError(f"building {package}@{version} produced no {name}; see {log_path}")
-            os.replace(out, target)
+            publish(out, target)
         log(f"built {name} {version} in {format_duration(time.monotonic() - started)} -> {target / name}")
 
     return built_once(binary, build, log)

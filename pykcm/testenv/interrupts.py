@@ -76,6 +76,13 @@ def _install(signums: Iterable[int]) -> None:
             signal.signal(signum, _on_signal)
 
 
+def raise_on_termination() -> None:
+    """For a process that unwinds on KeyboardInterrupt as Ctrl-C's (pytest): SIGTERM and SIGHUP
+    raise Interrupted too, from now on, so its cleanup runs (an ignored SIGHUP stays ignored)."""
+    if _on_main_thread():
+        _install((signal.SIGTERM, signal.SIGHUP))
+
+
 def saved() -> dict[int, Any]:
     """The handlers of SIGNALS now, for restore(): an event loop's signal handlers leave SIG_DFL behind."""
     return {signum: signal.getsignal(signum) for signum in SIGNALS}

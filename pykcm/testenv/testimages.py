@@ -13,15 +13,13 @@ node's containerd without pulling (their pull policy is IfNotPresent).
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from .e2e import E2E_GOMOD_DIR, e2e_source_hash
 from .errors import BuildError
-from .gobuild import Log, built_once, cache_dir, find_go, format_duration, is_executable, run_go
+from .gobuild import Log, build_dir, built_once, cache_dir, find_go, format_duration, is_executable, publish, run_go
 from .images import busybox_layer, layer_tar, write_docker_archive
 
 AGNHOST_PACKAGE = "k8s.io/kubernetes/test/images/agnhost"
@@ -35,7 +33,7 @@ def ensure_agnhost(log: Log = print) -> Path:
     """The path of a static agnhost, building it on first use (seconds once e2e.test is built:
     its packages are e2e.test's)."""
     target = cache_dir() / "images" / f"agnhost-{AGNHOST_VERSION}-{e2e_source_hash()}-static-cgo"
-    return built_once(target / "agnhost", lambda directory: _build_agnhost(directory, log))
+    return built_once(target / "agnhost", lambda directory: _build_agnhost(directory, log), log)
 
 
 def _build_agnhost(target: Path, log: Log) -> None:
@@ -44,20 +42,19 @@ def _build_agnhost(target: Path, log: Log) -> None:
     log(f"building agnhost {AGNHOST_VERSION} from {AGNHOST_PACKAGE} (seconds once e2e.test is built); "
         f"log: {log_path}")
     started = time.monotonic()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
-        src, out = Path(tmp) / "src", Path(tmp) / "bin" / "agnhost"
+    with build_dir(target) as tmp:
+        src, out = tmp / "src", tmp / "bin" / "agnhost"
         shutil.copytree(E2E_GOMOD_DIR, src)  # the installed package may be read-only
         env = {"GOFLAGS": "-mod=readonly"}  # e2e.test's settings: its compiled packages are reused
         # Linked statically by the C linker: the image holds nothing else (no libc). Name lookups
         # use Go's resolver (no nsswitch.conf in the image); the tests only dial addresses.
         ldflags = "-s -w -linkmode external -extldflags -static"
         run_go([go, "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(out), AGNHOST_PACKAGE],
-               what="agnhost", cwd=src, log_path=log_path, log=log, env=env)
+               what="agnhost", cwd=src, temp=tmp, log_path=log_path, log=log, env=env)
         if not is_executable(out):
             raise BuildError(f"go build finished without producing agnhost; see {log_path}")
         target.mkdir(parents=True, exist_ok=True)
-        os.replace(out, target / "agnhost")
+        publish(out, target / "agnhost")
     log(f"built agnhost {AGNHOST_VERSION} in {format_duration(time.monotonic() - started)} -> {target}")
 
 

@@ -4,9 +4,11 @@ errors in one line for the user."""
 from __future__ import annotations
 
 import re
+import shutil
 import ssl
 
 _SSL_SOURCE = re.compile(r" \(_ssl\.c:\d+\)$")
+_ERRNO = re.compile(r"^\[Errno \d+\] ")
 
 
 class AggregateError(Exception):
@@ -27,9 +29,15 @@ def aggregate(errors: list[BaseException]) -> BaseException | None:
 
 def os_error_message(err: OSError) -> str:
     """An OS or ssl error in one line: "No such file or directory: /x", the ssl reason without its
-    C source position ("[X509: KEY_VALUES_MISMATCH] key values mismatch")."""
+    C source position ("[X509: KEY_VALUES_MISMATCH] key values mismatch"); of a failed copytree, the
+    first file's reason and how many more failed, not the list of them all."""
     if isinstance(err, ssl.SSLError):
         return _SSL_SOURCE.sub("", str(err))
+    if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) and err.args[0]:
+        failed = err.args[0]  # (source, destination, reason) of every file that failed, reason a str
+        first = failed[0][2] if isinstance(failed[0], tuple) and len(failed[0]) == 3 else failed[0]
+        more = f" (and {len(failed) - 1} more failed)" if len(failed) > 1 else ""
+        return _ERRNO.sub("", str(first)) + more
     if err.strerror:  # without "[Errno 111]"
         return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
     return str(err) or type(err).__name__

@@ -51,8 +51,19 @@ def run_on_cluster(
             prepare(plane)
         # Only this run's pykcm gets the kubeconfig: the tests after this module must not inherit it.
         credentials = install_deploy_credentials(plane, DEPLOY_MODE) if pykcm else None
-        return run_beside_pykcm(binary, plane.kubeconfig, plane.binaries.kubectl, directory, log, credentials,
-                                focus=focus, skip=skip, timeout=timeout)
+        run = run_beside_pykcm(binary, plane.kubeconfig, plane.binaries.kubectl, directory, log, credentials,
+                               focus=focus, skip=skip, timeout=timeout)
+        assert_cluster_lived(plane, run)
+        return run
+
+
+def assert_cluster_lived(plane: ControlPlane, run: E2ERun) -> None:
+    """A process of the cluster that died during the run (etcd, the apiserver, kwok ...) failed its
+    specs for a reason that is neither KCM's nor pykcm's: the comparison would mean nothing."""
+    dead = plane.dead_processes()
+    lost = "; ".join(f"{p.name} (pid {p.pid}), last lines: {' | '.join(p.log_tail(5))} (log: {p.log_path})"
+                     for p in dead)
+    assert not dead, f"the cluster lost {lost} during the e2e run (see {run.log_path})"
 
 
 def run_beside_pykcm(
@@ -99,6 +110,7 @@ def _stop(manager: PykcmProcess) -> None:
 def assert_ran_exactly(run: E2ERun, selected: Sequence[str], excluded: Sequence[str] = ()) -> None:
     """Every selected test ran (none skipped, none missing: a renamed upstream test shows here),
     and none of `excluded` did."""
+    assert run.exit_code is not None, f"e2e.test was killed at its time limit; see {run.log_path}"
     assert run.junit_path.exists(), f"no JUnit report; see {run.log_path}"
     ran = {name for name, result in run.results.items() if result.status != "skipped"}
     assert sorted(ran) == sorted(selected), f"see {run.log_path}"
@@ -106,6 +118,9 @@ def assert_ran_exactly(run: E2ERun, selected: Sequence[str], excluded: Sequence[
 
 
 def assert_pykcm_passes_what_kcm_passes(kcm: E2ERun, pykcm: E2ERun) -> None:
+    """Every test that passed for KCM passed for pykcm; and KCM passed some (KCM may flake on one, but
+    none passing means its side broke, say its cluster or images, and then nothing was compared)."""
+    assert kcm.with_status("passed"), f"no test passed for KCM, so nothing was compared; see {kcm.log_path}"
     regressions = sorted(kcm.with_status("passed") - pykcm.with_status("passed"))
     details = [f"{name}: {pykcm.results[name].message}" for name in regressions]
     assert regressions == [], "passed for KCM, not for pykcm:\n" + "\n".join(details) + f"\n(see {pykcm.log_path})"

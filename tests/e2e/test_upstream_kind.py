@@ -131,7 +131,13 @@ def test_pykcm_passes_the_token_rotation_test_on_kind_if_kcm_does(
 
 
 def main(argv: list[str]) -> int:
-    """Both sides, the table printed; exit 1 if a test passed for KCM and not for pykcm."""
+    """Both sides, the table printed; exit 1 if a test passed for KCM and not for pykcm, or, in one line,
+    if a build, a cluster or the machine failed or the run was interrupted (^C, SIGTERM or SIGHUP, which
+    stop the clusters first: their processes and containers do not die with this one)."""
+    from pykcm.testenv import interrupts
+    from pykcm.testenv.errors import ControlPlaneError  # BuildError is one
+    from pykcm.util.errors import os_error_message
+
     if missing := cluster.missing_prerequisites():
         print("; ".join(missing))
         return 2
@@ -143,9 +149,15 @@ def main(argv: list[str]) -> int:
         print(line, flush=True)
 
     try:
-        _check(run_both(directory, log, names, timeout), names)
+        with interrupts.interruptible():  # as the CLI's testenv commands
+            _check(run_both(directory, log, names, timeout), names)
     except AssertionError as failure:
         print(failure)
+        return 1
+    except (ControlPlaneError, OSError, KeyboardInterrupt) as err:
+        text = ("interrupted" if isinstance(err, KeyboardInterrupt)
+                else os_error_message(err) if isinstance(err, OSError) else str(err).strip())
+        print(f"error: {text.splitlines()[0] if text else type(err).__name__}")  # later lines: a log's tail
         return 1
     finally:
         print(f"reports and logs: {directory}")

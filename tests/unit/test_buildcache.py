@@ -75,6 +75,15 @@ def test_binary_is_stale_when_its_module_or_wrapper_changes(tmp_path: Path) -> N
     assert not is_current(tmp_path / "cache" / "absent", wrapper, selected_modules(GO_MOD))
 
 
+def test_binary_a_crash_left_empty_is_stale_though_stamped(tmp_path: Path) -> None:
+    """Its stamp written, then a machine crash: the rename reached the disk, the data did not."""
+    wrapper = wrapper_dir(tmp_path / "gomod", "tool")
+    binary = fake_go_binary(tmp_path / "cache" / "tool", {"github.com/a/b": "v1.0.0"})
+    write_stamp(binary, wrapper)
+    binary.write_bytes(b"")
+    assert not is_current(binary, wrapper, selected_modules(GO_MOD))
+
+
 def test_binaries_of_the_hash_named_cache_are_adopted_without_copying(tmp_path: Path) -> None:
     wrapper = wrapper_dir(tmp_path / "gomod", "tool")
     legacy = fake_go_binary(tmp_path / "cache" / "v1.36.3-567d0fe118f4" / "tool", {"github.com/a/b": "v1.0.0"})

@@ -3,9 +3,17 @@ e2e.test, the command line, the selection of tests, the JUnit report, and the RE
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
+import threading
+import time
 from pathlib import Path
 
+import pytest
+
+from pykcm.testenv import e2e
 from pykcm.testenv.build import GOMOD_DIR, KUBERNETES_VERSION
 from pykcm.testenv.e2e import E2E_GOMOD_DIR, e2e_argv, go_regex_escape, parse_junit, run_e2e
 from tests.e2e.upstream import GROUPS, NOT_RUN, ON_REAL_NODE, RUN, TOKEN_ROTATION, exactly, focus_regex, skip_regex
@@ -75,6 +83,106 @@ def test_the_suite_gets_a_temporary_directory_of_its_own_removed_after_it(tmp_pa
     assert run.exit_code == 0
     seen = Path((report / "seen-tmpdir").read_text().strip())
     assert seen.name.startswith("e2e-tmp-") and not seen.exists()
+
+
+def _fake_e2e_test(tmp_path: Path, body: str) -> Path:
+    fake = tmp_path / "e2e.test"
+    fake.write_text("#!/bin/sh\n" + body, encoding="utf-8")
+    fake.chmod(0o755)
+    return fake
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"  # a zombie of an orphan: PID 1 of a container may never reap it
+
+
+class Raised(Exception):
+    """Raised in the waiting thread as pytest-timeout's exception is (from a signal handler)."""
+
+
+@pytest.mark.parametrize("ignores_sigint", [False, True])
+def test_an_exception_while_waiting_ends_e2e_test_and_what_it_started(tmp_path, monkeypatch, ignores_sigint):
+    """e2e.test must not run on against a cluster its caller then stops: SIGINT to its process group
+    (Ginkgo reports and cleans up), SIGKILL after the grace (or at once for what SIGINT left), then the
+    exception goes on. A background child of a shell ignores SIGINT: only the group's SIGKILL ends it."""
+    monkeypatch.setattr(e2e, "INTERRUPT_GRACE", 1.0)
+    trap = "trap '' INT\n" if ignores_sigint else ""
+    fake = _fake_e2e_test(tmp_path, f"{trap}sleep 60 &\necho $$ $! > pids.tmp && mv pids.tmp pids\nwait\n")
+    report = tmp_path / "report"
+
+    groups: list[int] = []
+
+    def send() -> None:
+        deadline = time.monotonic() + 10
+        while not (report / "pids").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with contextlib.suppress(OSError, ValueError):
+            groups.extend(os.getpgid(int(pid)) for pid in (report / "pids").read_text().split())
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    def on_signal(_signum, _frame):
+        raise Raised("a test's timeout")
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    sender = threading.Thread(target=send)
+    pids: list[int] = []
+    try:
+        sender.start()
+        with pytest.raises(Raised):
+            run_e2e(fake, tmp_path / "kubeconfig", report, focus="f", skip="s", timeout=60, log=lambda _: None)
+        pids = [int(pid) for pid in (report / "pids").read_text().split()]
+        assert groups == [pids[0], pids[0]]  # a group of its own, which the terminal's ^C does not reach
+        assert not _alive(pids[0])  # e2e.test itself: reaped
+        deadline = time.monotonic() + 5  # its child was SIGKILLed, but is not ours to wait for
+        while _alive(pids[1]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pids[1])
+    finally:
+        sender.join()
+        signal.signal(signal.SIGUSR1, previous)
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_progress_says_how_many_specs_finished_while_e2e_test_runs(tmp_path, monkeypatch):
+    """A run takes minutes: a line every PROGRESS_EVERY seconds, counting Ginkgo's result lines (a
+    passed and a failed spec, one skipped at run time; the bare S's of specs left out do not count)."""
+    monkeypatch.setattr(e2e, "PROGRESS_EVERY", 0.2)
+    results = "• [1.200 seconds]\nSSSSSSSS\n• [FAILED] [60.000 seconds]\nS [SKIPPED] [0.100 seconds]\n"
+    fake = _fake_e2e_test(tmp_path, f"printf '%s' '{results}'\nsleep 1\n")
+    said: list[str] = []
+    run = run_e2e(fake, tmp_path / "kubeconfig", tmp_path / "report", focus="f", skip="s", timeout=60,
+                  log=said.append)
+    assert run.exit_code == 0
+    progress = [re.fullmatch(r"  e2e\.test: (\d+) specs finished, [0-9.]+s elapsed \(log: (.*)\)", line)
+                for line in said if "specs finished" in line]
+    assert len(progress) >= 2 and all(progress), said
+    assert [int(m.group(1)) for m in progress if m][-2:] == [3, 3] and progress[-1].group(2) == str(run.log_path)
+
+
+def test_a_report_left_by_an_earlier_run_is_not_this_runs(tmp_path):
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "junit_01.xml").write_text(JUNIT)
+    fake = _fake_e2e_test(tmp_path, "exit 1\n")  # dies before it writes a report
+    run = run_e2e(fake, tmp_path / "kubeconfig", report, focus="f", skip="s", timeout=60, log=lambda _: None)
+    assert (run.exit_code, run.results, run.junit_path.exists()) == (1, {}, False)
+
+
+def test_a_report_cut_short_gives_no_results_and_says_where_the_log_is(tmp_path):
+    """Ginkgo writes the report in place: a kill at the hard limit can leave half of it."""
+    fake = _fake_e2e_test(tmp_path, f"cat > junit_01.xml <<'EOF'\n{JUNIT[:300]}\nEOF\nexit 1\n")
+    said: list[str] = []
+    run = run_e2e(fake, tmp_path / "kubeconfig", tmp_path / "report", focus="f", skip="s", timeout=60,
+                  log=said.append)
+    assert run.results == {} and run.exit_code == 1
+    [unreadable] = [line for line in said if "unreadable JUnit report" in line]
+    assert str(run.log_path) in unreadable
 
 
 def test_junit_report_gives_each_spec_its_status_time_and_first_message_line(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,13 +20,14 @@ def test_a_go_build_without_the_module_proxy_names_it_and_the_fix(tmp_path: Path
     offline = ('echo "go: github.com/coredns/coredns@v1.14.2: Get \\"https://proxy.golang.org/...\\": '
                'dial tcp: lookup proxy.golang.org: no such host"; exit 1')
     with pytest.raises(BuildError) as err:
-        run_go(["sh", "-c", offline], what="coredns", cwd=tmp_path, log_path=tmp_path / "log", log=lambda _: None)
+        run_go(["sh", "-c", offline], what="coredns", cwd=tmp_path, temp=tmp_path, log_path=tmp_path / "log",
+               log=lambda _: None)
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith("the Go module proxy is not reachable (give this machine access to it, or set "
                               "GOPROXY to a mirror): building coredns failed (exit 1): ")
     with pytest.raises(BuildError) as other:
-        run_go(["sh", "-c", "echo 'x.go:1: undefined: y'; exit 2"], what="x", cwd=tmp_path,
+        run_go(["sh", "-c", "echo 'x.go:1: undefined: y'; exit 2"], what="x", cwd=tmp_path, temp=tmp_path,
                log_path=tmp_path / "log2", log=lambda _: None)
     assert str(other.value).startswith("building x failed (exit 2): x.go:1: undefined: y")
 
@@ -125,3 +127,61 @@ def test_a_binary_built_by_another_process_is_waited_for_by_name_and_not_built_a
     assert built_once(binary, build, log=said.append) == binary
     holder.join()
     assert said == [f"waiting for another process building kwok (lock: {tmp_path / 'tools' / 'kwok-v0.8.0.lock'})"]
+
+
+@pytest.mark.parametrize("content", [b"", b"\0" * 4096])
+def test_a_binary_a_crash_left_empty_is_built_again(tmp_path: Path, content: bytes) -> None:
+    """Published without fsync, a binary can be empty (or zero-filled) after a machine crash: it must
+    not be trusted for ever."""
+    binary = tmp_path / "tools" / "kwok-v0.8.0" / "kwok"
+    binary.parent.mkdir(parents=True)
+    binary.write_bytes(content)
+    binary.chmod(0o755)
+    builds: list[Path] = []
+
+    def build(target: Path) -> None:
+        builds.append(target)
+        binary.write_text("#!/bin/sh\n")
+
+    assert built_once(binary, build) == binary
+    assert builds == [binary.parent]
+    assert built_once(binary, build) == binary and len(builds) == 1  # now good: not built again
+
+
+def _synced(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """fsync and rename calls, in order, by path (still done)."""
+    events: list[tuple[str, ...]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        events.append(("replace", str(src), str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+def test_a_published_build_reaches_the_disk_before_its_name_and_its_name_before_the_return(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = tmp_path / ".build-x" / "bin"
+    built.mkdir(parents=True)
+    (built / "kwok").write_text("#!/bin/sh\n")
+    broken = tmp_path / "kwok-v0.8.0"
+    broken.mkdir()
+    (broken / "kwok").write_bytes(b"")  # a directory is published over a broken build
+    events = _synced(monkeypatch)
+    gobuild.publish(built, broken)
+    assert events == [("fsync", str(built / "kwok")), ("fsync", str(built)), ("replace", str(built), str(broken)),
+                      ("fsync", str(tmp_path))]
+    assert (broken / "kwok").read_text() == "#!/bin/sh\n"
+    events.clear()
+    (tmp_path / "new").write_text("x")
+    gobuild.publish(tmp_path / "new", broken / "kwok")
+    assert events == [("fsync", str(tmp_path / "new")), ("replace", str(tmp_path / "new"), str(broken / "kwok")),
+                      ("fsync", str(broken))]
