@@ -8,7 +8,8 @@ round. This tolerates clock skew between hosts (not skew *rate*). It does not fe
 a leader that stops renewing must stop working within the renew deadline, which the manager
 ensures by exiting, and leasethread.py runs it on its own thread and fences the leader's writes
 with `renew_sent` (pykcm/client/fence.py). Unlike client-go, a leader whose renewal finds the
-Lease deleted or naming another holder gives it up at once (`on_lost`), not after the deadline.
+Lease naming another holder (or, deleted, created by another first) gives it up at once
+(`on_lost`), not after the deadline; a Lease deleted and not yet re-created it creates again.
 
     elector = LeaderElector(LeaseLock(client, "kube-system", "pykcm", identity), config)
     if await elector.acquire(stop):       # standby until this returns
@@ -31,7 +32,7 @@ from typing import Any
 
 from pykcm.app import metrics
 from pykcm.app.options import LEADER_ELECTION_JITTER
-from pykcm.client.errors import ApiError, NotFound, TransportError
+from pykcm.client.errors import AlreadyExists, ApiError, NotFound, TransportError
 from pykcm.client.events import NORMAL, EventRecorder
 from pykcm.client.http import Timeout
 from pykcm.client.resources import LEASES
@@ -252,9 +253,7 @@ class LeaderElector:
         # 2. Read the lease, creating it if nobody has yet.
         try:
             current = await self.lock.get()
-        except NotFound:
-            if self._leading:  # whoever creates it next leads: racing to do so could make two leaders
-                return self._lose("lease deleted", "Lease deleted while leading, stopping")
+        except NotFound:  # never created, or deleted (by hand): created again, as client-go does
             return await self._create(desired)
         except (ApiError, TransportError) as err:
             log.error(err, "Error retrieving lease lock", lease=self._desc())
@@ -290,6 +289,11 @@ class LeaderElector:
         sent = self._clock()
         try:
             await self.lock.create(record)
+        except AlreadyExists as err:
+            if self._leading:  # deleted under us and created by another first: it leads now
+                return self._lose("lease taken by another candidate", "Lease created by another candidate, stopping")
+            log.error(err, "Error initially creating leader election record", lease=self._desc())
+            return False
         except (ApiError, TransportError) as err:
             log.error(err, "Error initially creating leader election record", lease=self._desc())
             return False

@@ -13,7 +13,8 @@ frozen VM) is stopped by the WriteFence: once leading, every mutating request of
 first checks that the last renewal was sent less than the lease duration minus a margin ago;
 otherwise it is refused, nothing is sent, and this elector reports the lease lost. A lost lease
 writes nothing more, not even the "stopped leading" Event (a release still records it). A renewal
-that finds the Lease deleted or held by another shuts the fence from this thread at once, and
+that finds the Lease held by another (or created by another after a deletion) shuts the fence from
+this thread at once, and
 renewals come often enough (renew_interval) that a healthy leader's window never closes.
 
     elector = ThreadedElector(config, "kube-system", "pykcm", identity, le_config, fence, heartbeat)

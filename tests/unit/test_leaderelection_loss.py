@@ -22,6 +22,7 @@ from pykcm.app.leaderelection import LeaderElectionConfig, LeaderElector, LeaseL
 from pykcm.app.leasethread import ThreadedElector, fence_window, renew_interval
 from pykcm.app.options import LEADER_ELECTION_JITTER
 from pykcm.client.config import ClientConfig
+from pykcm.client.errors import NotFound
 from pykcm.client.fence import WriteFence
 from tests.unit.test_leaderelection import DEFAULTS, FakeLeaseApi, unique
 
@@ -71,16 +72,37 @@ async def test_a_leader_that_finds_another_holder_gives_up_at_once(caplog: pytes
     assert not elector.is_leader() and elector.check() is None
 
 
-async def test_a_leader_whose_lease_is_deleted_steps_down_without_creating_it() -> None:
+async def test_a_leader_whose_lease_is_deleted_creates_it_again_and_leads_on() -> None:
+    """As client-go: a Lease deleted by hand is created again by its leader; a standby's create
+    then fails (AlreadyExists), so no two lead."""
+    api, name, lost, stop = FakeLeaseApi(), unique(), [], asyncio.Event()
+    elector, renewing = await leading(api, name, lost, stop)
+
+    del api.objects[lease_path(name)]
+    await asyncio.sleep(0.35)
+
+    assert not renewing.done() and lost == []
+    assert api.spec(name)["holderIdentity"] == "host_a"
+    stop.set()
+    assert await asyncio.wait_for(renewing, 1) is True and elector.is_leader()
+
+
+async def test_a_leader_whose_deleted_lease_another_created_first_gives_up_at_once() -> None:
     api, name, lost = FakeLeaseApi(), unique(), []
     _, renewing = await leading(api, name, lost)
-    writes = len(api.writes)
+    original_get = api.request
 
-    del api.objects[lease_path(name)]  # a standby creating it now would lead too
+    async def deleted_then_taken(method: str, path: str, **kwargs: object) -> object:
+        if method == "GET" and path == lease_path(name) and api.spec(name)["holderIdentity"] == "host_a":
+            # Between our GET's 404 and our create, a standby creates it.
+            set_holder(api, name, "host_b")
+            raise NotFound(404, "NotFound", "not found")
+        return await original_get(method, path, **kwargs)
 
+    api.request = deleted_then_taken  # type: ignore[method-assign]
+    set_holder(api, name, "host_a")  # a new resourceVersion: the fast path conflicts, the slow path reads
     assert await asyncio.wait_for(renewing, 0.35) is False
-    assert lost == ["lease deleted"]
-    assert ("POST", "host_a") not in api.writes[writes:] and lease_path(name) not in api.objects
+    assert lost == ["lease taken by another candidate"] and api.spec(name)["holderIdentity"] == "host_b"
 
 
 async def test_a_holder_cleared_by_hand_is_taken_back_as_before() -> None:
