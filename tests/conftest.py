@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,9 @@ from pykcm.testenv.build import ensure_binaries
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
 from pykcm.testenv.errors import ControlPlaneError
+from pykcm.testenv.kwok import ensure_kwok
 from pykcm.testenv.realnode import check_prerequisites
+from pykcm.util.errors import os_error_message
 from pykcm.util.log import KlogFormatter
 from tests.background_builds import BUILDS, start_background_build
 from tests.deploy_credentials import CREDENTIALS_ENV, install_deploy_credentials, run_managers_as
@@ -48,18 +50,33 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for name in sorted(wanted):
         if started := start_background_build(name):
             _terminal_log(session.config)(started)
-    if any(item.get_closest_marker("integration") or item.get_closest_marker("e2e") for item in session.items):
-        _build_control_plane(_terminal_log(session.config))
+    marks = [{mark.name for mark in item.iter_markers()} for item in session.items]
+    _build_control_plane(marks, _terminal_log(session.config))
 
 
-def _build_control_plane(log: Callable[[str], None]) -> None:
-    """The control plane's binaries, built before the first test and so outside every test's time
-    limit: cold, on 2 cores, the build takes about 10 minutes, and the first fixture to need them
-    would time out at 600 s without root (as root, the real node's test comes first, with 45)."""
-    try:
-        ensure_binaries(need_kubectl=True, log=log)
-    except (ControlPlaneError, OSError) as err:  # the first test that needs them reports it again
-        log(f"building the control plane failed: {err}")
+def _build_control_plane(marks: Sequence[set[str]], log: Callable[[str], None]) -> None:
+    """The binaries that the collected tests' (`marks`, by test) clusters need, built before the first
+    test and so outside every test's time limit: cold, on 2 cores, the build takes about 10 minutes,
+    and the first fixture to need them would time out at 600 s without root (as root, the real node's
+    test comes first, with 45). The control plane for `integration` and `e2e` tests; the KCM for `kcm`
+    and `nodes` ones (envtest's KUBEBUILDER_ASSETS have none: it is built then only if asked for);
+    kube-scheduler and kwok (a module of its own, with its own build cache) for `nodes` ones."""
+    if not any(names & {"integration", "e2e"} for names in marks):
+        return
+    nodes = any("nodes" in names for names in marks)
+    need_kcm = nodes or any("kcm" in names for names in marks)
+    builds: list[tuple[str, Callable[[], object]]] = [
+        ("the control plane", lambda: ensure_binaries(need_kcm=need_kcm, need_kubectl=True,
+                                                      need_scheduler=nodes, log=log)),
+    ]
+    if nodes:
+        builds.append(("kwok", lambda: ensure_kwok(log)))
+    for what, build in builds:
+        try:
+            build()
+        except (ControlPlaneError, OSError) as err:  # the first test that needs it reports it again
+            reason = os_error_message(err) if isinstance(err, OSError) else str(err).strip()
+            log(f"building {what} failed: {reason.splitlines()[0] if reason else type(err).__name__}")
 
 
 @pytest.hookimpl(trylast=True)

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,7 +147,8 @@ def run_e2e(
     """Run e2e.test once, at most `timeout` seconds (then it is interrupted, then killed); its
     output goes to report_dir/e2e.log and its JUnit report to report_dir/junit_01.xml. Every
     PROGRESS_EVERY seconds a line says how many specs have finished. An exception while it runs
-    (^C, a test's timeout) ends it, with its children, before it propagates."""
+    (^C, a test's timeout) ends it, with its children, before it propagates; in a worker thread,
+    which sees none, end_all() does."""
     report_dir.mkdir(parents=True, exist_ok=True)
     log_path, junit_path = report_dir / "e2e.log", report_dir / "junit_01.xml"
     junit_path.unlink(missing_ok=True)  # an earlier run's report must not pass for this run's
@@ -160,19 +162,28 @@ def run_e2e(
         out.flush()
         env = {**os.environ, "TMPDIR": tmp}
         # A process group of its own, so that _end reaches the kubectl processes it runs too (the
-        # terminal's ^C no longer does: _end forwards it). deferred(): no signal raises between the
-        # fork and `proc`, which would leave it running unseen.
-        with deferred():
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=report_dir, env=env,
-                                    start_new_session=True)
+        # terminal's ^C no longer does: _end, or end_all() for a run in a worker thread, forwards it).
+        # deferred(): no signal raises between the fork and its record, which would leave it unseen; it
+        # raises at the block's end, inside the try.
+        proc: subprocess.Popen[bytes] | None = None
         try:
+            with deferred():
+                proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=report_dir, env=env,
+                                        start_new_session=True)
+                with _running_lock:
+                    _running.add(proc)
             exit_code = _wait(proc, started, started + timeout, log, log_path)
         except BaseException:
-            # Not left running against a cluster the caller is about to stop, in a TMPDIR removed here.
-            with contextlib.suppress(Exception):  # the log's stream may be what failed
-                log(f"{E2E_BINARY} interrupted: stopping it (at most {format_duration(INTERRUPT_GRACE)})")
-            _end(proc, INTERRUPT_GRACE)
+            if proc is not None:
+                # Not left running against a cluster the caller is about to stop, in a TMPDIR removed here.
+                with contextlib.suppress(Exception):  # the log's stream may be what failed
+                    log(f"{E2E_BINARY} interrupted: stopping it (at most {format_duration(INTERRUPT_GRACE)})")
+                _end(proc, INTERRUPT_GRACE)
             raise
+        finally:
+            if proc is not None:
+                with _running_lock:
+                    _running.discard(proc)
     seconds = time.monotonic() - started
     results = _read_report(junit_path, log_path, log)
     counts = ", ".join(f"{sum(r.status == s for r in results.values())} {s}" for s in ("passed", "failed", "skipped"))
@@ -203,6 +214,36 @@ def _wait(proc: subprocess.Popen[bytes], started: float, deadline: float, log: L
     log(f"{E2E_BINARY} ran past its time limit: interrupting it")
     _end(proc, INTERRUPT_GRACE)
     return None
+
+
+# The e2e.test processes run_e2e() is waiting for, in any thread: for end_all().
+_running: set[subprocess.Popen[bytes]] = set()
+_running_lock = threading.Lock()
+
+
+def end_all(grace: float | None = None, log: Log = print) -> None:
+    """End every e2e.test now running as _end does (SIGINT to each group, SIGKILL after `grace` seconds,
+    INTERRUPT_GRACE by default, or at once if this is interrupted too); each run_e2e() then returns or
+    raises as usual. For a caller whose runs wait in worker threads, when its own wait raises: Python
+    raises ^C (and interrupts' SIGTERM and SIGHUP) in the main thread only, and e2e.test, in a group of
+    its own, no longer gets the terminal's ^C, so the workers would wait for it to end by itself."""
+    grace = INTERRUPT_GRACE if grace is None else grace
+    with _running_lock:
+        procs = list(_running)
+    if not procs:
+        return
+    with contextlib.suppress(Exception):  # the log's stream may be what failed
+        log(f"interrupted: stopping {len(procs)} {E2E_BINARY} run(s) (at most {format_duration(grace)})")
+    deadline = time.monotonic() + grace
+    try:
+        for proc in procs:
+            _signal_group(proc, signal.SIGINT)
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.0, deadline - time.monotonic()))
+    finally:
+        for proc in procs:  # its waiting run_e2e() reaps it
+            _signal_group(proc, signal.SIGKILL)
 
 
 def _end(proc: subprocess.Popen[bytes], grace: float) -> None:

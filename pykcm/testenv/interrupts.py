@@ -42,45 +42,56 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum  # the shell's convention for a process ended by a signal
 
 
+class _Raiser:
+    """A handler that raises Interrupted for the first signal only, with a flag of its own: one for
+    interruptible() blocks, another for raise_on_termination()'s session. A pytest session runs such
+    blocks in-process (their tests), and an Interrupted caught there must not turn the session's own
+    SIGTERM into a no-op."""
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        if _state.stopping is not None:
+            _state.stopping(signum)
+        elif _state.deferring:
+            _state.pending = _state.pending or (signum, self)  # raised by this handler, at the block's end
+        elif self.raised:
+            _state.again = signum
+        else:
+            self.raised = True
+            raise Interrupted(signum)
+
+
 class _State:
-    raised = False  # an interruptible() block has raised Interrupted
-    again: int | None = None  # a signal that came after that one
+    again: int | None = None  # a signal that came after the one that raised
     deferring = 0  # depth of deferred() blocks
-    pending: int | None = None  # the signal that came in one
+    pending: tuple[int, _Raiser] | None = None  # the signal that came in one, and the handler that got it
     stopping: Callable[[int], None] | None = None  # killing_on_signal()'s reaction
 
 
 _state = _State()
-
-
-def _on_signal(signum: int, _frame: FrameType | None) -> None:
-    if _state.stopping is not None:
-        _state.stopping(signum)
-    elif _state.deferring:
-        _state.pending = _state.pending or signum
-    elif _state.raised:
-        _state.again = signum
-    else:
-        _state.raised = True
-        raise Interrupted(signum)
+_on_signal = _Raiser()  # interruptible()'s and killing_on_signal()'s
+_on_session_signal = _Raiser()  # raise_on_termination()'s
 
 
 def _on_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _install(signums: Iterable[int]) -> None:
-    """_on_signal for `signums`; an ignored SIGHUP (nohup) stays ignored, as Go leaves it."""
+def _install(signums: Iterable[int], handler: _Raiser = _on_signal) -> None:
+    """`handler` for `signums`; an ignored SIGHUP (nohup) stays ignored, as Go leaves it."""
     for signum in signums:
         if not (signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN):
-            signal.signal(signum, _on_signal)
+            signal.signal(signum, handler)
 
 
 def raise_on_termination() -> None:
     """For a process that unwinds on KeyboardInterrupt as Ctrl-C's (pytest): SIGTERM and SIGHUP
-    raise Interrupted too, from now on, so its cleanup runs (an ignored SIGHUP stays ignored)."""
+    raise Interrupted too, from now on, so its cleanup runs (an ignored SIGHUP stays ignored); once,
+    whatever interruptible() blocks did before."""
     if _on_main_thread():
-        _install((signal.SIGTERM, signal.SIGHUP))
+        _install((signal.SIGTERM, signal.SIGHUP), _on_session_signal)
 
 
 def saved() -> dict[int, Any]:
@@ -104,7 +115,7 @@ def interruptible() -> Iterator[None]:
     if not _on_main_thread():
         yield
         return
-    _state.raised, _state.again, _state.pending = False, None, None
+    _on_signal.raised, _state.again, _state.pending = False, None, None
     previous = saved()
     _install(SIGNALS)
     try:
@@ -130,9 +141,10 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         _state.deferring -= 1
-        if not _state.deferring and (signum := _state.pending) is not None:
+        if not _state.deferring and (pending := _state.pending) is not None:
             _state.pending = None
-            _on_signal(signum, None)
+            signum, handler = pending
+            handler(signum, None)
 
 
 @contextlib.contextmanager

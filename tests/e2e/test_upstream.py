@@ -10,7 +10,7 @@ in the test's tmp dir. Run them alone with `python -m pytest -m e2e`.
 
 from __future__ import annotations
 
-import concurrent.futures
+import functools
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ from tests.e2e.runs import (
     Log,
     assert_pykcm_passes_what_kcm_passes,
     assert_ran_exactly,
+    at_once,
     run_on_cluster,
     session_env,
     side_by_side,
@@ -48,10 +49,12 @@ def _run(binary: Path, directory: Path, log: Log, *, pykcm: bool) -> E2ERun:
 @pytest.fixture(scope="module")
 def runs(e2e_binary: Path, tmp_path_factory: pytest.TempPathFactory, testenv_log: Log) -> tuple[E2ERun, E2ERun]:
     """Both runs, at once: KCM's and pykcm's."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="e2e") as pool:
-        kcm = pool.submit(_run, e2e_binary, tmp_path_factory.mktemp("e2e-kcm"), testenv_log, pykcm=False)
-        pykcm = pool.submit(_run, e2e_binary, tmp_path_factory.mktemp("e2e-pykcm"), testenv_log, pykcm=True)
-        return kcm.result(), pykcm.result()
+    kcm, pykcm = at_once(
+        functools.partial(_run, e2e_binary, tmp_path_factory.mktemp("e2e-kcm"), testenv_log, pykcm=False),
+        functools.partial(_run, e2e_binary, tmp_path_factory.mktemp("e2e-pykcm"), testenv_log, pykcm=True),
+        log=testenv_log,
+    )
+    return kcm, pykcm
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +74,7 @@ def test_kcm_runs_exactly_the_selected_upstream_tests(kcm_run: E2ERun) -> None:
 def test_pykcm_passes_every_upstream_test_that_kcm_passes(kcm_run: E2ERun, pykcm_run: E2ERun) -> None:
     assert_ran_exactly(pykcm_run, RUN, excluded=(*NOT_RUN, *ON_REAL_NODE))
     print(side_by_side(kcm_run, pykcm_run, RUN))
-    assert_pykcm_passes_what_kcm_passes(kcm_run, pykcm_run)
+    assert_pykcm_passes_what_kcm_passes(kcm_run, pykcm_run, RUN)
 
 
 def test_the_runs_leave_the_session_environment_as_they_found_it(kcm_run: E2ERun, pykcm_run: E2ERun) -> None:

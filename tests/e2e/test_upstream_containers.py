@@ -77,7 +77,7 @@ def _check(runs: tuple[E2ERun, E2ERun], names: tuple[str, ...]) -> None:
     print(side_by_side(kcm, pykcm, names))
     assert_ran_exactly(kcm, names)
     assert_ran_exactly(pykcm, names)
-    assert_pykcm_passes_what_kcm_passes(kcm, pykcm)
+    assert_pykcm_passes_what_kcm_passes(kcm, pykcm, names)
     assert session_env() == ENV_BEFORE
 
 

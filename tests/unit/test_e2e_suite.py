@@ -4,18 +4,21 @@ e2e.test, the command line, the selection of tests, the JUnit report, and the RE
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from pykcm.testenv import e2e
+from pykcm.testenv import e2e, interrupts
 from pykcm.testenv.build import GOMOD_DIR, KUBERNETES_VERSION
 from pykcm.testenv.e2e import E2E_GOMOD_DIR, e2e_argv, go_regex_escape, parse_junit, run_e2e
+from tests.e2e import runs
 from tests.e2e.upstream import GROUPS, NOT_RUN, ON_REAL_NODE, RUN, TOKEN_ROTATION, exactly, focus_regex, skip_regex
 
 README = Path(__file__).parents[2] / "README.md"
@@ -147,6 +150,80 @@ def test_an_exception_while_waiting_ends_e2e_test_and_what_it_started(tmp_path, 
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_signal_in_the_main_thread_ends_the_e2e_test_runs_of_worker_threads(tmp_path, monkeypatch):
+    """test_upstream runs both sides in worker threads (runs.at_once): ^C raises in the main thread only,
+    and e2e.test, in a group of its own, does not get the terminal's; leaving the pool waited for both
+    e2e.test runs to end by themselves (up to 30 minutes, against clusters left up meanwhile)."""
+    monkeypatch.setattr(e2e, "INTERRUPT_GRACE", 1.0)
+    fake = _fake_e2e_test(tmp_path, "echo $$ > pid.tmp && mv pid.tmp pid\nexec sleep 30\n")
+    reports = [tmp_path / "kcm", tmp_path / "pykcm"]
+    armed = True
+
+    def on_sigint(_signum, _frame):  # ^C's KeyboardInterrupt, but never once the test has left its block
+        if armed:
+            raise KeyboardInterrupt
+
+    def interrupt() -> None:  # once both have started, as a user would press ^C
+        deadline = time.monotonic() + 10
+        while not all((r / "pid").exists() for r in reports) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    def run(report: Path) -> e2e.E2ERun:
+        return run_e2e(fake, tmp_path / "kubeconfig", report, focus="f", skip="s", timeout=60, log=lambda _: None)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    sender = threading.Thread(target=interrupt)
+    started = time.monotonic()
+    try:
+        sender.start()
+        with pytest.raises(KeyboardInterrupt):
+            runs.at_once(*(functools.partial(run, r) for r in reports), log=lambda _: None)
+        armed = False
+        assert time.monotonic() - started < 1 + e2e.INTERRUPT_GRACE + 5
+        pids = [int((r / "pid").read_text()) for r in reports]
+        assert not any(_alive(pid) for pid in pids)
+        assert not e2e._running
+    finally:
+        armed = False
+        sender.join()
+        signal.signal(signal.SIGINT, previous)
+        for r in reports:
+            if (r / "pid").exists() and _alive(pid := int((r / "pid").read_text())):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_signal_as_e2e_test_starts_still_ends_it(tmp_path, monkeypatch):
+    """SIGTERM right after the fork, in an interruptible() block (the session's, in pytest): deferred
+    until e2e.test is recorded, then raised where it is ended, not before (it ran on unseen)."""
+    fake = _fake_e2e_test(tmp_path, "exec sleep 60\n")
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args, **kwargs) -> subprocess.Popen[bytes]:
+        started.append(real_popen(*args, **kwargs))
+        signal.raise_signal(signal.SIGTERM)
+        return started[-1]
+
+    monkeypatch.setattr(e2e, "INTERRUPT_GRACE", 1.0)
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    handlers = interrupts.saved()
+    try:
+        with pytest.raises(interrupts.Interrupted), interrupts.interruptible():
+            run_e2e(fake, tmp_path / "kubeconfig", tmp_path / "report", focus="f", skip="s", timeout=60,
+                    log=lambda _: None)
+    finally:
+        interrupts.restore(handlers)
+    try:
+        assert started[0].poll() is not None  # ended and reaped
+        assert not e2e._running
+    finally:
+        if started[0].poll() is None:
+            started[0].kill()
+            started[0].wait()
 
 
 def test_progress_says_how_many_specs_finished_while_e2e_test_runs(tmp_path, monkeypatch):

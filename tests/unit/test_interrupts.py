@@ -59,6 +59,21 @@ def test_no_signal_raises_between_a_fork_and_its_record():
     assert recorded == ["child"]
 
 
+def test_a_signal_the_session_deferred_raises_at_the_blocks_end_whatever_blocks_did_before(monkeypatch):
+    """raise_on_termination()'s handler (pytest's) has a flag of its own, and a signal deferred under it
+    is raised by it: an earlier interruptible() block's Interrupted (a test's) left the blocks' flag set,
+    and the session's signal was then only remembered, never raised."""
+    monkeypatch.setattr(interrupts._on_signal, "raised", True)  # as an earlier block left it
+    monkeypatch.setattr(interrupts._on_session_signal, "raised", False)  # and put back: it is this session's
+    interrupts.raise_on_termination()
+    recorded = []
+    with pytest.raises(interrupts.Interrupted), interrupts.deferred():
+        signal.raise_signal(signal.SIGTERM)
+        time.sleep(0.01)
+        recorded.append("child")
+    assert recorded == ["child"]
+
+
 def test_an_ignored_sighup_stays_ignored_as_go_leaves_it():
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup
     with interrupts.interruptible():
