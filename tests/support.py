@@ -333,6 +333,15 @@ async def loopback_server(
         await runner.cleanup()
 
 
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs: a zombie counts as gone (an orphan's, which PID 1 of a container may never reap)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now, for `--secure-port`."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

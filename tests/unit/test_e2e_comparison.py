@@ -25,6 +25,7 @@ from pykcm.testenv.e2e import E2ERun, SpecResult
 from pykcm.testenv.errors import BuildError, ControlPlaneError
 from tests.e2e import runs
 from tests.e2e import test_upstream_kind as kind_script
+from tests.support import process_alive
 
 CHECKOUT = Path(__file__).parents[2]
 NAMES = ("[sig-apps] ReplicaSet a", "[sig-apps] ReplicaSet b", "[sig-auth] ServiceAccounts c")
@@ -151,18 +152,18 @@ def test_sigterm_or_sighup_to_pytest_stops_the_local_clusters(tmp_path, signals,
         pid = int(_wait_for(tmp_path / "pid", session))
         for signum in signals:
             time.sleep(0.5)  # SIGHUP first: had it ended pytest, the SIGTERM would find it gone
-            assert session.poll() is None and _alive(pid), signal.Signals(signum).name
+            assert session.poll() is None and process_alive(pid), signal.Signals(signum).name
             session.send_signal(signum)
         output, _ = session.communicate(timeout=20)
         deadline = time.monotonic() + 20
-        while _alive(pid) and time.monotonic() < deadline:
+        while process_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(pid), output
+        assert not process_alive(pid), output
         assert session.returncode == pytest.ExitCode.INTERRUPTED, output
     finally:
         session.kill()
         session.communicate()
-        if pid and _alive(pid):
+        if pid and process_alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -226,14 +227,6 @@ def _wait_for(path: Path, session: subprocess.Popen[str], timeout: float = 60) -
             pytest.fail(f"the session did not start its cluster:\n{session.communicate()[0]}")
         time.sleep(0.05)
     return path.read_text()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"  # a zombie of an orphan: PID 1 of a container may never reap it
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from pykcm.testenv.build import GOMOD_DIR, KUBERNETES_VERSION
 from pykcm.testenv.e2e import E2E_GOMOD_DIR, e2e_argv, go_regex_escape, parse_junit, run_e2e
 from tests.e2e import runs
 from tests.e2e.upstream import GROUPS, NOT_RUN, ON_REAL_NODE, RUN, TOKEN_ROTATION, exactly, focus_regex, skip_regex
+from tests.support import process_alive
 
 README = Path(__file__).parents[2] / "README.md"
 
@@ -95,14 +96,6 @@ def _fake_e2e_test(tmp_path: Path, body: str) -> Path:
     return fake
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"  # a zombie of an orphan: PID 1 of a container may never reap it
-
-
 class Raised(Exception):
     """Raised in the waiting thread as pytest-timeout's exception is (from a signal handler)."""
 
@@ -139,16 +132,16 @@ def test_an_exception_while_waiting_ends_e2e_test_and_what_it_started(tmp_path, 
             run_e2e(fake, tmp_path / "kubeconfig", report, focus="f", skip="s", timeout=60, log=lambda _: None)
         pids = [int(pid) for pid in (report / "pids").read_text().split()]
         assert groups == [pids[0], pids[0]]  # a group of its own, which the terminal's ^C does not reach
-        assert not _alive(pids[0])  # e2e.test itself: reaped
+        assert not process_alive(pids[0])  # e2e.test itself: reaped
         deadline = time.monotonic() + 5  # its child was SIGKILLed, but is not ours to wait for
-        while _alive(pids[1]) and time.monotonic() < deadline:
+        while process_alive(pids[1]) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(pids[1])
+        assert not process_alive(pids[1])
     finally:
         sender.join()
         signal.signal(signal.SIGUSR1, previous)
         for pid in pids:
-            if _alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -185,14 +178,14 @@ def test_a_signal_in_the_main_thread_ends_the_e2e_test_runs_of_worker_threads(tm
         armed = False
         assert time.monotonic() - started < 1 + e2e.INTERRUPT_GRACE + 5
         pids = [int((r / "pid").read_text()) for r in reports]
-        assert not any(_alive(pid) for pid in pids)
+        assert not any(process_alive(pid) for pid in pids)
         assert not e2e._running
     finally:
         armed = False
         sender.join()
         signal.signal(signal.SIGINT, previous)
         for r in reports:
-            if (r / "pid").exists() and _alive(pid := int((r / "pid").read_text())):
+            if (r / "pid").exists() and process_alive(pid := int((r / "pid").read_text())):
                 os.kill(pid, signal.SIGKILL)
 
 

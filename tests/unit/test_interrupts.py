@@ -20,6 +20,7 @@ import pytest
 
 from pykcm.testenv import cluster, interrupts, processes
 from pykcm.testenv.errors import BuildError, ControlPlaneError
+from tests.support import process_alive
 
 
 @pytest.fixture(autouse=True)
@@ -163,23 +164,15 @@ def test_run_locals_processes_die_with_it_even_by_sigkill_testenv_starts_do_not(
         spawner.kill()  # SIGKILL: no cleanup runs
         spawner.wait()
         deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline and not survives:
+        while process_alive(child) and time.monotonic() < deadline and not survives:
             time.sleep(0.05)
         if survives:
             time.sleep(0.3)
-        assert _alive(child) == survives
+        assert process_alive(child) == survives
     finally:
         spawner.kill()
-        if child and _alive(child):
+        if child and process_alive(child):
             os.kill(child, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 class FakePlane:
