@@ -141,7 +141,9 @@ def test_sigterm_or_sighup_to_pytest_stops_the_local_clusters(tmp_path, signals,
     """A pytest session with tests/conftest.py in a running() block; the cluster's process lives in a
     session of its own, so only running()'s teardown stops it."""
     (tmp_path / "test_held.py").write_text(HELD_CLUSTER)
-    ignore = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if sighup_ignored else None
+    # The child's SIGHUP as the case says, whatever this pytest inherited (CI runs under nohup).
+    sighup = signal.SIG_IGN if sighup_ignored else signal.SIG_DFL
+    ignore = lambda: signal.signal(signal.SIGHUP, sighup)  # noqa: E731
     session = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
          "--rootdir", str(tmp_path), str(tmp_path / "test_held.py")],
