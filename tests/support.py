@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from pykcm.client.errors import AlreadyExists, NotFound
 from pykcm.client.resources import CUSTOMRESOURCEDEFINITIONS, NAMESPACES, SERVICEACCOUNTS, Resource
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, RequeueAfter, discover_controllers
+from pykcm.testenv import interrupts
 
 T = TypeVar("T")
 
@@ -340,6 +341,31 @@ def process_alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+@contextlib.contextmanager
+def sigterm_as_each_process_starts(monkeypatch: Any) -> Iterator[list[subprocess.Popen[Any]]]:
+    """SIGTERM raised right after each fork, before the caller holds the child; yields the children
+    started, and kills what still runs at the end (the signal handlers are restored first)."""
+    started: list[subprocess.Popen[Any]] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+        started.append(real_popen(*args, **kwargs))
+        signal.raise_signal(signal.SIGTERM)
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    handlers = interrupts.saved()
+    try:
+        yield started
+    finally:
+        interrupts.restore(handlers)
+        monkeypatch.setattr(subprocess, "Popen", real_popen)
+        for child in started:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
 
 
 def free_port() -> int:

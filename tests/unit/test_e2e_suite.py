@@ -8,7 +8,6 @@ import functools
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from pykcm.testenv.build import GOMOD_DIR, KUBERNETES_VERSION
 from pykcm.testenv.e2e import E2E_GOMOD_DIR, e2e_argv, go_regex_escape, parse_junit, run_e2e
 from tests.e2e import runs
 from tests.e2e.upstream import GROUPS, NOT_RUN, ON_REAL_NODE, RUN, TOKEN_ROTATION, exactly, focus_regex, skip_regex
-from tests.support import process_alive
+from tests.support import process_alive, sigterm_as_each_process_starts
 
 README = Path(__file__).parents[2] / "README.md"
 
@@ -193,30 +192,13 @@ def test_a_signal_as_e2e_test_starts_still_ends_it(tmp_path, monkeypatch):
     """SIGTERM right after the fork, in an interruptible() block (the session's, in pytest): deferred
     until e2e.test is recorded, then raised where it is ended, not before (it ran on unseen)."""
     fake = _fake_e2e_test(tmp_path, "exec sleep 60\n")
-    started: list[subprocess.Popen[bytes]] = []
-    real_popen = subprocess.Popen
-
-    def popen_then_signal(*args, **kwargs) -> subprocess.Popen[bytes]:
-        started.append(real_popen(*args, **kwargs))
-        signal.raise_signal(signal.SIGTERM)
-        return started[-1]
-
     monkeypatch.setattr(e2e, "INTERRUPT_GRACE", 1.0)
-    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
-    handlers = interrupts.saved()
-    try:
+    with sigterm_as_each_process_starts(monkeypatch) as started:
         with pytest.raises(interrupts.Interrupted), interrupts.interruptible():
             run_e2e(fake, tmp_path / "kubeconfig", tmp_path / "report", focus="f", skip="s", timeout=60,
                     log=lambda _: None)
-    finally:
-        interrupts.restore(handlers)
-    try:
         assert started[0].poll() is not None  # ended and reaped
         assert not e2e._running
-    finally:
-        if started[0].poll() is None:
-            started[0].kill()
-            started[0].wait()
 
 
 def test_progress_says_how_many_specs_finished_while_e2e_test_runs(tmp_path, monkeypatch):

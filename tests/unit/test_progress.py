@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -15,6 +13,7 @@ import pytest
 
 from pykcm.testenv import interrupts, progress
 from pykcm.testenv.errors import BuildError
+from tests.support import sigterm_as_each_process_starts
 
 
 class Interrupted(Exception):
@@ -119,24 +118,8 @@ def test_a_log_that_cannot_be_written_ends_the_command_with_one_error(tmp_path: 
 def test_a_signal_as_the_command_starts_still_stops_it(tmp_path: Path, monkeypatch) -> None:
     """SIGTERM right after the fork, before run_with_progress holds the child: it is deferred until it
     does, so the child is stopped, not left running unseen."""
-    started: list[subprocess.Popen[str]] = []
-    real_popen = subprocess.Popen
-
-    def popen_then_signal(*args, **kwargs) -> subprocess.Popen[str]:
-        started.append(real_popen(*args, **kwargs))
-        signal.raise_signal(signal.SIGTERM)
-        return started[-1]
-
-    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
-    handlers = interrupts.saved()
-    try:
+    with sigterm_as_each_process_starts(monkeypatch) as started:
         with pytest.raises(interrupts.Interrupted), interrupts.interruptible():
             progress.run_with_progress(["sleep", "60"], what="sleep", log_path=tmp_path / "sleep.log",
                                        log=lambda _: None)
-    finally:
-        interrupts.restore(handlers)
-    try:
         assert started[0].poll() is not None  # ended and reaped
-    finally:
-        started[0].kill()
-        started[0].wait()
