@@ -49,6 +49,12 @@ class DelayingQueue(Queue[T]):
             return  # already due sooner
         self._ready_at[item] = ready_at
         heapq.heappush(self._heap, (ready_at, next(self._sequence), item))
+        if len(self._heap) > 2 * len(self._ready_at) + 64:
+            # An item re-added ever earlier (a ReplicaSet's availability check) leaves stale entries
+            # until their own, later time; client-go fixes the entry in place. Rebuilding at twice
+            # the live count keeps the heap O(items) at amortised O(log n) per add.
+            self._heap = [entry for entry in self._heap if self._ready_at.get(entry[2]) == entry[0]]
+            heapq.heapify(self._heap)
         self._ensure_waiting_loop()
         if self._next_wakeup is None or ready_at < self._next_wakeup:
             self._wakeup.set()

@@ -42,3 +42,21 @@ def test_without_it_the_freeze_would_keep_that_garbage_for_good(frozen_heap: Non
     memory.settle()
     gc.collect()
     assert gone() is not None  # why collect_before_relist exists
+
+
+def test_garbage_frozen_by_an_earlier_relist_is_freed_by_the_next_sweep(frozen_heap: None,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection alive at one relist's freeze that dies later in a cycle (its error's traceback
+    holds it): the periodic sweep before a relist unfreezes and finds it."""
+    cycle = Node()
+    gone = weakref.ref(cycle)
+    memory.settle()  # frozen with the cache
+    del cycle
+    monkeypatch.setattr(memory, "_last_frozen_sweep", 0.0)
+    monkeypatch.setattr(memory, "FROZEN_SWEEP_EVERY", 1e9)
+    memory.collect_before_relist()
+    assert gone() is not None  # within the interval: only the unfrozen heap is walked
+    monkeypatch.setattr(memory, "FROZEN_SWEEP_EVERY", 0.0)
+    memory.collect_before_relist()
+    assert gone() is None
+    assert memory._last_frozen_sweep > 0

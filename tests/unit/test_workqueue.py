@@ -298,6 +298,22 @@ async def test_add_after_keeps_the_earlier_deadline():
     assert len(q) == 0, "each item waited once: no second copy fires"
 
 
+async def test_an_item_given_ever_earlier_times_keeps_the_heap_small():
+    """A ReplicaSet's availability check re-adds one key a little earlier on every sync: the
+    superseded entries must not pile up until their own times (client-go fixes one entry in place)."""
+    clock = FakeClock()
+    q: DelayingQueue[str] = DelayingQueue(clock=clock)
+    for i in range(10_000):
+        q.add_after("rs", 60 - i * 0.001)
+        q.add_after(f"other-{i % 10}", 30)
+    assert len(q._ready_at) == 11
+    assert len(q._heap) <= 2 * 11 + 65
+    clock.step(60)
+    assert q._add_due_items(clock()) is None  # all due: each added once
+    assert len(q) == 11
+    q.shutdown()
+
+
 async def test_delayed_item_already_queued_is_deduplicated():
     q: DelayingQueue[str] = DelayingQueue()
     q.add("a")
