@@ -116,6 +116,7 @@ class Reflector:
             except Exception as err:
                 self.last_error = one_line(err)
                 self._report("Failed to list or watch, will relist", self.last_error)
+            self._drop_initial()
             await asyncio.sleep(self._backoff.next())
 
     async def _list_and_watch(self) -> None:
@@ -130,17 +131,18 @@ class Reflector:
                 await self._watch(send_initial_events=streaming)
                 # The server closed the watch at its timeout: re-watch from where we were (or, if
                 # the initial events had not all come, stream them again).
-                streaming = self._initial is not None
+                streaming = self._drop_initial()
                 continue
             except (TransportError, TooManyRequests) as err:
                 # Unreachable or shedding load: back off and resume the watch, no relist needed.
-                streaming = self._initial is not None
+                streaming = self._drop_initial()
                 self._report("Watch failed, will retry", one_line(err))
             except VeryShortWatch as err:
+                self._drop_initial()
                 self._report("Watch ended with error, will relist", one_line(err))
                 return
             except ApiError as err:
-                if self._initial is None or isinstance(err, Gone):
+                if not self._drop_initial() or isinstance(err, Gone):
                     raise
                 log.v(4).info("Data couldn't be fetched in watchlist mode, falling back to a regular list",
                               resource=self.label, err=one_line(err))
@@ -148,6 +150,12 @@ class Reflector:
                 await self._list()
                 continue
             await asyncio.sleep(self._backoff.next())
+
+    def _drop_initial(self) -> bool:
+        """Whether a watch was streaming its initial events; what it streamed is dropped (not kept
+        through the backoff: the next stream sends everything again)."""
+        streaming, self._initial = self._initial is not None, None
+        return streaming
 
     def _report(self, message: str, error: str) -> None:
         """Log a failure; the same one again within a minute only at -v=4 (the backoff retries it

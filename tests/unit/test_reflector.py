@@ -250,6 +250,30 @@ async def test_a_stream_cut_before_its_end_is_streamed_again_from_scratch():
     assert client.requests == [] and backoff.delays == 1  # the 429 backs off; the server's close does not
 
 
+async def test_what_a_broken_stream_sent_is_not_kept_through_the_backoff():
+    """The next stream sends everything again: the objects of the cut one would only hold memory
+    for as long as the backoff lasts (up to 30 s)."""
+    broken = TransportError("connection reset")
+    client = ScriptedClient([], watches=[
+        [{"type": "ADDED", "object": cm("a", "3")}, broken],
+        [{"type": "ADDED", "object": cm("b", "7")}, initial_events_end("9")],
+    ])
+    queue = DeltaQueue()
+    reflector, backoff = streaming_reflector(client, queue)
+    held_while_waiting: list[object] = []
+    next_delay = backoff.next
+
+    def next_noting_what_is_held() -> float:
+        held_while_waiting.append(reflector._initial)
+        return next_delay()
+
+    backoff.next = next_noting_what_is_held  # type: ignore[method-assign]
+    [replaced] = await run_until(reflector, queue, 1)
+    assert [o["metadata"]["name"] for o in replaced.payload] == ["b"]
+    assert held_while_waiting == [None]
+    assert [p.get("sendInitialEvents") for p in client.watch_params] == ["true"] * 2  # streamed again
+
+
 async def test_a_server_refusing_the_stream_is_listed_instead_and_watched_from_the_list():
     refused = Invalid(422, "Invalid",
                       "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled")
