@@ -2,7 +2,8 @@
 
 This is the example to copy when writing a controller. The shape is always the same:
 
-1. Declare the controller: its KCM name and aliases, its client and queue names, workers.
+1. Declare the controller: its KCM name and aliases, its client and queue names, workers, and
+   the lines the runtime logs for it (`log_lines`; without it, generic ones naming the controller).
 2. In __init__, ask the shared informer factory for the caches you read and register event
    handlers that turn changes into *keys* on the work queue. Handlers only enqueue.
 3. Write sync(key): read the latest state from the cache, compare it with what should be,
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from pykcm.client.errors import NAMESPACE_TERMINATING_CAUSE, AlreadyExists, ApiError
 from pykcm.client.resources import NAMESPACES, SERVICEACCOUNTS
-from pykcm.controller import Controller, ControllerContext
+from pykcm.controller import KEY, Controller, ControllerContext, Line, LogLines, handle_error
 from pykcm.informers.store import DeletedFinalStateUnknown, Obj, unwrap_tombstone
 
 DEFAULT_SERVICE_ACCOUNT = "default"
@@ -27,6 +28,13 @@ class ServiceAccountController(Controller):
     client_name = "service-account-controller"
     queue_name = "serviceaccount"
     workers = 1  # KCM runs this controller with a single worker; there is no flag for it
+    # KCM's lines (serviceaccounts_controller.go); KEY is the work-queue key, here a namespace name.
+    log_lines = LogLines(
+        start=Line("Starting service account controller"),
+        stop=Line("Shutting down service account controller"),
+        failed=handle_error("Service account work item failed", item=KEY),
+        finished=Line("Finished syncing namespace", namespace=KEY),
+    )
 
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)

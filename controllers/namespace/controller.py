@@ -26,7 +26,7 @@ from pykcm.client.discovery import (
     server_preferred_namespaced_resources,
 )
 from pykcm.client.resources import NAMESPACES
-from pykcm.controller import Controller, ControllerContext, RequeueAfter
+from pykcm.controller import KEY, Controller, ControllerContext, Line, LogLines, RequeueAfter, handle_error
 from pykcm.controllers.namespace.deleter import NamespacedResourcesDeleter, ResourcesRemaining
 from pykcm.informers.store import Obj, object_key
 from pykcm.workqueue import RateLimiter, default_controller_rate_limiter
@@ -45,6 +45,13 @@ class NamespaceController(Controller):
     queue_name = "namespace"
     workers = 10
     workers_option = "concurrent_namespace_syncs"
+    log_lines = LogLines(  # KCM's (namespace_controller.go)
+        start=Line("Starting namespace controller"),
+        workers=Line("Starting workers of namespace controller"),
+        stop=Line("Shutting down namespace controller"),
+        failed=handle_error("Deletion of namespace failed", namespace=KEY),
+        finished=Line("Finished syncing namespace", namespace=KEY),
+    )
 
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)

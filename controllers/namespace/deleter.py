@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from pykcm.client.discovery import (
     APIResourceList,
@@ -22,7 +23,7 @@ from pykcm.client.rest import PARTIAL_METADATA, PARTIAL_METADATA_LIST, RestClien
 from pykcm.controllers.namespace.conditions import ConditionUpdater, ContentTotals, GVRDeletion
 from pykcm.informers.store import Obj
 from pykcm.util.errors import AggregateError
-from pykcm.util.log import Logger
+from pykcm.util.log import Logger, one_line
 
 FINALIZER_ESTIMATE_SECONDS = 15  # assumed time for finalizers of remaining objects to finish
 PODS_GVR = GroupVersionResource("", "v1", "pods")
@@ -97,6 +98,8 @@ class NamespacedResourcesDeleter:
                 continue
             for res in rl.resources:
                 gvr = GroupVersionResource(gv.group, gv.version, res.name)
+                if "delete" not in res.verbs and self.log.v(6).enabled():
+                    self.log.v(6).info("Skipping resource because it cannot be deleted", resource=str(gvr))
                 for operation in (LIST, DELETE_COLLECTION):
                     if operation not in res.verbs:
                         self.op_cache.set_not_supported(operation, gvr)
@@ -141,9 +144,9 @@ class NamespacedResourcesDeleter:
             await self._retry_on_conflict(namespace, self._finalize)
         except NotFound:
             return  # another controller sharing the token finished first
-        if removes_token:
-            self.log.info("Namespace content deleted, finalizer removed", namespace=name,
-                          finalizer=self.finalizer_token)
+        if removes_token:  # not KCM's (it says nothing here): kept at V(4) to tell the last pass
+            self.log.v(4).info("Namespace content deleted, finalizer removed", namespace=name,
+                               finalizer=self.finalizer_token)
 
     async def _retry_on_conflict(self, namespace: Obj, update: Callable[[Obj], Awaitable[Obj]]) -> Obj:
         latest = namespace
@@ -239,35 +242,57 @@ class NamespacedResourcesDeleter:
             name = namespace["metadata"]["name"]
             self.log.error(err, "Couldn't update status condition for namespace", namespace=name)
 
+    def _trace(self, msg: str, namespace: str, gvr: GroupVersionResource, **kv: Any) -> None:
+        """KCM's V(5) lines for one resource type: the type and any error are formatted only when on."""
+        trace = self.log.v(5)
+        if trace.enabled():
+            if "err" in kv:
+                kv["err"] = one_line(kv["err"])
+            trace.info(msg, namespace=namespace, resource=str(gvr), **kv)
+
     async def _delete_gvr(
         self, gvr: GroupVersionResource, namespace: str, deleted_at: datetime
     ) -> tuple[GVRDeletion, BaseException | None]:
         """Delete every object of one type; report what is left and how long to wait for it."""
+        step = "Namespace controller - deleteAllContentForGroupVersionResource"
+        self._trace(step, namespace, gvr)
         try:
             estimate = await self._estimate_graceful_termination(gvr, namespace, deleted_at)
         except (ApiError, TransportError) as err:
+            self._trace(f"{step} - unable to estimate", namespace, gvr, err=err)
             return GVRDeletion(), err
+        self._trace(f"{step} - estimate", namespace, gvr, estimate=estimate)
         try:
             if not await self._delete_collection(gvr, namespace):
                 await self._delete_each_item(gvr, namespace)
+        except (ApiError, TransportError) as err:
+            return GVRDeletion(estimate), err
+        self._trace(f"{step} - checking for no more items in namespace", namespace, gvr)
+        try:
             items, listed = await self._list_collection(gvr, namespace)
         except (ApiError, TransportError) as err:
+            self._trace(f"{step} - error verifying no items in namespace", namespace, gvr, err=err)
             return GVRDeletion(estimate), err
         if not listed:
             return GVRDeletion(estimate), None
+        self._trace(f"{step} - items remaining", namespace, gvr, items=len(items))
         if not items:
             return GVRDeletion(), None
         finalizers = Counter(f for item in items for f in item.get("metadata", {}).get("finalizers") or [])
         if estimate:
+            self._trace(f"{step} - estimate is present", namespace, gvr, finalizers=dict(finalizers))
             return GVRDeletion(estimate, len(items), finalizers), None
         if finalizers:
             # Objects waiting for their finalizers are normal: give their owners time.
+            self._trace(f"{step} - items remaining with finalizers", namespace, gvr, finalizers=dict(finalizers))
             return GVRDeletion(FINALIZER_ESTIMATE_SECONDS, len(items), finalizers), None
         return GVRDeletion(estimate, len(items)), UnexpectedItemsRemain(namespace, gvr)
 
     async def _delete_collection(self, gvr: GroupVersionResource, namespace: str) -> bool:
         """DELETECOLLECTION; False if the type does not support it."""
+        self._trace("Namespace controller - deleteCollection", namespace, gvr)
         if not self.op_cache.is_supported(DELETE_COLLECTION, gvr):
+            self._trace("Namespace controller - deleteCollection ignored since not supported", namespace, gvr)
             return False
         try:
             await self.client.delete_collection(
@@ -275,20 +300,28 @@ class NamespacedResourcesDeleter:
             )
         except (MethodNotSupported, NotFound):
             # Some types are listed in discovery but serve no collection verbs and answer 404.
+            self._trace("Namespace controller - deleteCollection not supported", namespace, gvr)
             return False
+        except (ApiError, TransportError) as err:
+            self._trace("Namespace controller - deleteCollection unexpected error", namespace, gvr, err=err)
+            raise
         return True
 
     async def _list_collection(self, gvr: GroupVersionResource, namespace: str) -> tuple[list[Obj], bool]:
         """Object metadata of one type; (_, False) if the type cannot be listed."""
+        self._trace("Namespace controller - listCollection", namespace, gvr)
         if not self.op_cache.is_supported(LIST, gvr):
+            self._trace("Namespace controller - listCollection ignored since not supported", namespace, gvr)
             return [], False
         try:
             found = await self.client.list(gvr.as_resource(), namespace=namespace, accept=PARTIAL_METADATA_LIST)
         except (MethodNotSupported, NotFound):
+            self._trace("Namespace controller - listCollection not supported", namespace, gvr)
             return [], False
         return (found.get("items") if isinstance(found, dict) else None) or [], True
 
     async def _delete_each_item(self, gvr: GroupVersionResource, namespace: str) -> None:
+        self._trace("Namespace controller - deleteEachItem", namespace, gvr)
         items, listed = await self._list_collection(gvr, namespace)
         if not listed:
             return
@@ -303,8 +336,10 @@ class NamespacedResourcesDeleter:
         self, gvr: GroupVersionResource, namespace: str, deleted_at: datetime
     ) -> int:
         """Pods' longest grace period, or 0 once that much time has passed since the deletion."""
+        self.log.v(5).info("Namespace controller - estimateGracefulTermination", group=gvr.group, resource=gvr.resource)
         if (gvr.group, gvr.resource) != (PODS_GVR.group, PODS_GVR.resource):
             return 0
+        self.log.v(5).info("Namespace controller - estimateGracefulTerminationForPods", namespace=namespace)
         # Page by page (KCM lists them in one piece): only one page of a large namespace is held.
         estimate, token = 0, ""
         while True:

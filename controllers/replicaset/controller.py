@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from pykcm.client.errors import NAMESPACE_TERMINATING_CAUSE, ApiError, NotFound
 from pykcm.client.resources import PODS, REPLICASETS
-from pykcm.controller import Controller, ControllerContext, RequeueAfter
+from pykcm.controller import KEY, Controller, ControllerContext, Line, LogLines, RequeueAfter, handle_error
 from pykcm.controller.consistency import ConsistencyStore, NoopConsistencyStore, StaleCacheError
 from pykcm.controller.controllerref import (
     POD_CONTROLLER_INDEX,
@@ -86,6 +86,12 @@ class ReplicaSetController(Controller):
     workers = 5
     workers_option = "concurrent_replicaset_syncs"
     burst_replicas = BURST_REPLICAS
+    log_lines = LogLines(  # KCM's (replica_set.go)
+        start=Line("Starting controller", name=KIND.lower()),
+        stop=Line("Shutting down controller", name=KIND.lower()),
+        failed=handle_error("Unhandled Error", err='sync "{key}" failed with {err}'),
+        finished=Line("Finished syncing", kind=KIND, key=KEY),
+    )
 
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)

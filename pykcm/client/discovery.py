@@ -6,8 +6,9 @@ today; the garbage collector and quota controllers need the same):
 - ``server_preferred_resources`` / ``server_preferred_namespaced_resources`` mirror
   ``ServerPreferredResources`` / ``ServerPreferredNamespacedResources``: every resource (no
   subresources) at its group's preferred version, CRDs and aggregated APIs included.
-- Aggregated discovery (``apidiscovery.k8s.io/v2`` on ``/api`` and ``/apis``, two requests) is
-  used when the server offers it; otherwise each group version is fetched on its own.
+- Aggregated discovery (``apidiscovery.k8s.io/v2``, or ``v2beta1``, on ``/api`` and ``/apis``, two
+  requests) is used when the server offers it; otherwise each group version is fetched on its own.
+  Each request may take 32 s, as client-go's.
 - A group version that cannot be discovered (marked stale in aggregated discovery, e.g. an
   APIService whose backend is down, or an error when fetched) does not fail the call: the result
   carries everything that was found *and* a ``GroupDiscoveryFailed`` naming the failed group
@@ -20,17 +21,22 @@ today; the garbage collector and quota controllers need the same):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pykcm.client.errors import ApiError, NotFound, TransportError
 from pykcm.client.resources import Resource
-from pykcm.client.rest import JSON, RestClient
+from pykcm.client.rest import JSON, REQUEST_TIMEOUT, RestClient
 
 AGGREGATED_DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+# Same schema as v2, so read alike (by kind); asked for after v2 as client-go does.
+AGGREGATED_DISCOVERY_V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
 # Aggregated first; a server without it answers with the legacy documents.
-DISCOVERY_ACCEPT = f"{AGGREGATED_DISCOVERY_V2},{JSON}"
+DISCOVERY_ACCEPT = f"{AGGREGATED_DISCOVERY_V2},{AGGREGATED_DISCOVERY_V2BETA1},{JSON}"
+# client-go's discovery timeout (its config sets none for KCM): a hanging group fails sooner than 60 s.
+DISCOVERY_TIMEOUT = dataclasses.replace(REQUEST_TIMEOUT, total=32)
 AGGREGATED_KIND = "APIGroupDiscoveryList"
 STALE = "Stale"
 
@@ -220,7 +226,7 @@ async def _groups_and_maybe_resources(client: RestClient) -> _Discovered:
 
 async def _get_discovery(client: RestClient, path: str, tolerate_not_found: bool = False) -> dict[str, Any]:
     try:
-        doc = await client.request("GET", path, accept=DISCOVERY_ACCEPT)
+        doc = await client.request("GET", path, accept=DISCOVERY_ACCEPT, timeout=DISCOVERY_TIMEOUT)
     except NotFound:
         if tolerate_not_found:  # aggregated API servers may not serve /api
             return {"kind": AGGREGATED_KIND, "items": []}
@@ -307,7 +313,7 @@ async def _fetch_group_version_resources(
 async def _fetch_one(client: RestClient, gv: GroupVersion) -> APIResourceList:
     path = f"/apis/{gv}" if gv.group else f"/api/{gv.version}"
     try:
-        doc = await client.request("GET", path)
+        doc = await client.request("GET", path, timeout=DISCOVERY_TIMEOUT)
     except NotFound:
         if gv == GroupVersion("", "v1"):  # client-go tolerates a missing core/v1
             return APIResourceList(str(gv))

@@ -3,17 +3,22 @@ KCM's controller helpers (``pkg/controller``): expectations, controller referenc
 pod and selector utilities, the stale-cache check.
 
 A controller plugin needs only what this package exports: ``Controller``, ``ControllerContext``,
-``RequeueAfter``.
+``RequeueAfter``, and, to declare its own log lines, ``LogLines``, ``Line``, ``handle_error`` and
+the ``KEY`` slot.
 """
 
-from pykcm.controller.base import Controller, ControllerContext, RequeueAfter
+from pykcm.controller.base import KEY, Controller, ControllerContext, Line, LogLines, RequeueAfter, handle_error
 from pykcm.controller.registry import ENTRY_POINT_GROUP, PluginError, discover_controllers
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "KEY",
     "Controller",
     "ControllerContext",
+    "Line",
+    "LogLines",
     "PluginError",
     "RequeueAfter",
     "discover_controllers",
+    "handle_error",
 ]

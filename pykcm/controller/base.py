@@ -2,7 +2,8 @@
 
 A controller is a class with a name, the informers it asks the shared factory for (in its
 constructor), a work queue of string keys, and `sync(key)`. The runtime owns everything
-else: the worker loop, retries with backoff, metrics and shutdown.
+else: the worker loop, retries with backoff, metrics, shutdown, and the lines it logs for them
+(`log_lines`: a built-in controller declares KCM's, which operators grep and alert on).
 
 What a cache holds (pykcm/informers/projection.py): a controller may say which fields of each
 object it reads, `informers.informer(PODS, fields={...})`; the shared informer then keeps only
@@ -23,7 +24,8 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pykcm.client.events import EventRecorder
 from pykcm.client.rest import RestClient
@@ -31,7 +33,7 @@ from pykcm.controller import metrics
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.informers.store import Obj, object_key
 from pykcm.util.durations import go_duration
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, one_line
 from pykcm.workqueue import RateLimiter, RateLimitingQueue, default_controller_rate_limiter
 
 if TYPE_CHECKING:
@@ -46,6 +48,55 @@ class RequeueAfter(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"requeue after {seconds:g}s")
         self.seconds = seconds
+
+
+class Slot(Enum):
+    """A value the runtime fills in as it writes a line."""
+
+    KEY = "key"  # the work-queue key
+    NAME = "name"  # the controller's name
+    WORKERS = "workers"  # its worker count
+
+
+KEY, NAME, WORKERS = Slot.KEY, Slot.NAME, Slot.WORKERS
+
+
+class Line:
+    """A log line: its message and key/values, a Slot value filled in as it is written. On a
+    failure line `err` says how the error reads: {err} is the error, {key} the work-queue key."""
+
+    __slots__ = ("err", "kv", "msg")
+
+    def __init__(self, msg: str, /, err: str = "{err}", **kv: Any) -> None:
+        self.msg, self.err, self.kv = msg, err, kv
+
+    def fill(self, **slots: Any) -> dict[str, Any]:
+        return {k: slots[v.value] if isinstance(v, Slot) else v for k, v in self.kv.items()}
+
+
+def handle_error(msg: str, /, err: str = "{err}", **kv: Any) -> Line:
+    """A line as KCM's utilruntime.HandleError* writes it: from the logger named UnhandledError."""
+    return Line(msg, err=err, logger="UnhandledError", **kv)
+
+
+@dataclass(frozen=True)
+class LogLines:
+    """The lines the runtime writes for a controller. The built-in ones declare KCM's, which
+    operators grep and alert on; a plugin may declare its own."""
+
+    start: Line  # run() begins: the caches have synced
+    stop: Line  # run() ends
+    failed: Line  # a sync raised (an error line, with err=); it is retried with backoff
+    finished: Line  # at V(4), after every sync, with duration=
+    workers: Line | None = None  # at V(5), as the workers start
+
+
+GENERIC_LOG_LINES = LogLines(
+    start=Line("Starting workers", controller=NAME, workers=WORKERS),
+    stop=Line("Shutting down workers", controller=NAME),
+    failed=Line("Error syncing, requeuing", controller=NAME, key=KEY),
+    finished=Line("Finished syncing", controller=NAME, key=KEY),
+)
 
 
 @dataclass
@@ -66,6 +117,7 @@ class Controller(ABC):
     queue_name: ClassVar[str] = ""  # workqueue metrics label; defaults to the first alias
     workers: ClassVar[int] = 1  # default worker count
     workers_option: ClassVar[str | None] = None  # Options attribute that overrides `workers`
+    log_lines: ClassVar[LogLines] = GENERIC_LOG_LINES  # what the runtime logs on start, stop and each sync
 
     def __init__(self, ctx: ControllerContext) -> None:
         self.ctx = ctx
@@ -111,11 +163,19 @@ class Controller(ABC):
     async def run(self) -> None:
         """Run workers until the queue is shut down: in-flight syncs go on, queued keys are left
         (the manager is stopping; the next leader lists everything again)."""
-        count = self.worker_count()
-        self.log.info("Starting workers", controller=self.name, workers=count)
-        # Named: a SIGQUIT dump (pykcm/app/stackdump.py) lists tasks by name.
-        await asyncio.gather(*(asyncio.create_task(self._worker(), name=f"{self.name} worker {i}")
-                               for i in range(count)))
+        lines = self.log_lines
+        self.log.info(lines.start.msg, **self._kv(lines.start))
+        if lines.workers is not None:
+            self.log.v(5).info(lines.workers.msg, **self._kv(lines.workers))
+        try:
+            # Named: a SIGQUIT dump (pykcm/app/stackdump.py) lists tasks by name.
+            await asyncio.gather(*(asyncio.create_task(self._worker(), name=f"{self.name} worker {i}")
+                                   for i in range(self.worker_count())))
+        finally:  # drained, cancelled or crashed: KCM's deferred line says so in each case
+            self.log.info(lines.stop.msg, **self._kv(lines.stop))
+
+    def _kv(self, line: Line, key: str = "") -> dict[str, Any]:
+        return line.fill(key=key, name=self.name, workers=self.worker_count())
 
     async def _worker(self) -> None:
         while True:
@@ -139,6 +199,7 @@ class Controller(ABC):
     async def _process(self, key: str) -> None:
         start = time.monotonic()
         result = "success"
+        failure: Exception | str | None = None
         try:
             await self.sync(key)
             self.queue.forget(key)
@@ -148,23 +209,26 @@ class Controller(ABC):
                 raise
             # A sync that awaited something cancelled under it failed like any other sync; ending the worker
             # would drop the key and make the controller look cleanly stopped.
-            result = self._failed(key, "sync was cancelled by something it awaited")
+            result, failure = "error", "sync was cancelled by something it awaited"
         except RequeueAfter as again:
             result = "requeue"
             self.queue.add_after(key, again.seconds)
         except Exception as err:
-            result = self._failed(key, _described(err))
+            result, failure = "error", _described(err)
         finally:
             elapsed = time.monotonic() - start
             metrics.controller_sync_duration_by(self.name, result).observe(elapsed)
             if self.log.v(4).enabled():
-                self.log.v(4).info("Finished syncing", controller=self.name, key=key, duration=go_duration(elapsed))
+                finished = self.log_lines.finished
+                self.log.v(4).info(finished.msg, **self._kv(finished, key), duration=go_duration(elapsed))
+        if failure is not None:  # after "Finished syncing": KCM logs that in the sync, this in the worker
+            self._failed(key, failure)
 
-    def _failed(self, key: str, err: Exception | str) -> str:
+    def _failed(self, key: str, err: Exception | str) -> None:
         metrics.controller_sync_errors_by(self.name).inc()
-        self.log.error(err, "Error syncing, requeuing", controller=self.name, key=key)
+        line = self.log_lines.failed
+        self.log.error(line.err.format(err=one_line(err), key=key), line.msg, **self._kv(line, key))
         self.queue.add_rate_limited(key)
-        return "error"
 
 
 def _described(err: Exception) -> Exception | str:

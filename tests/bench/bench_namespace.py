@@ -120,7 +120,7 @@ async def run_pykcm(plane: ControlPlane, client: RestClient, widgets: Any, work:
                         "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.log",
                         env=pykcm_env(checkout))
     try:
-        await proc.wait_for_log('"Starting workers" controller="namespace-controller"', 60)
+        await proc.wait_for_log("Caches are synced", 60)
         return await measure(client, widgets, work, proc.pid)
     finally:
         proc.signal()

@@ -316,7 +316,8 @@ async def test_discovery_failure_deletes_what_it_can_but_does_not_finalize() -> 
     assert failure["message"].startswith("Discovery failed for some groups, 1 failing: ")
 
 
-async def test_only_the_kubernetes_finalizer_is_removed(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+async def test_only_the_kubernetes_finalizer_is_removed(verbosity: None, caplog: pytest.LogCaptureFixture) -> None:
     api = FakeApi()
     api.add_namespace(finalizers=("kubernetes", "z.io/x", "example.com/x", "z.io/x"))
     deleter = make_deleter(api)
@@ -326,6 +327,57 @@ async def test_only_the_kubernetes_finalizer_is_removed(caplog: pytest.LogCaptur
         await deleter.delete(NS)  # the other finalizers stay: KCM runs the pass again on every sync
     removed = [r for r in caplog.records if r.getMessage() == "Namespace content deleted, finalizer removed"]
     assert len(removed) == 1  # said by the pass that removed it, not by the ones after
+    assert removed[0].v == 4  # type: ignore[attr-defined]  # KCM has no such line: none at the default verbosity
+
+
+@pytest.mark.parametrize("verbosity", [6], indirect=True)
+async def test_each_resource_step_is_traced_at_v5_with_kcms_messages(
+    verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = FakeApi()
+    api.add_namespace()
+    api.add("configmaps", "a", metadata={"finalizers": ["example.com/f"]})
+    api.errors[("deletecollection", "configmaps")] = MethodNotSupported(405, "MethodNotAllowed", "nope")
+    deleter = make_deleter(api, CORE)
+    with caplog.at_level(logging.INFO):
+        await deleter.init_op_cache()
+        with pytest.raises(ResourcesRemaining):
+            await deleter.delete(NS)
+    lines = [(r.getMessage(), r.kv) for r in caplog.records]  # type: ignore[attr-defined]
+    assert ("Skipping resource because it cannot be deleted", {"resource": "/v1, Resource=bindings"}) in lines
+    gvr = {"namespace": NS, "resource": "/v1, Resource=configmaps"}
+    step = "Namespace controller - deleteAllContentForGroupVersionResource"
+    configmaps = [(msg, kv) for msg, kv in lines if kv.get("resource") in ("/v1, Resource=configmaps", "configmaps")]
+    assert configmaps == [
+        (step, gvr),
+        ("Namespace controller - estimateGracefulTermination", {"group": "", "resource": "configmaps"}),
+        (f"{step} - estimate", {**gvr, "estimate": 0}),
+        ("Namespace controller - deleteCollection", gvr),
+        ("Namespace controller - deleteCollection not supported", gvr),
+        ("Namespace controller - deleteEachItem", gvr),
+        ("Namespace controller - listCollection", gvr),
+        (f"{step} - checking for no more items in namespace", gvr),
+        ("Namespace controller - listCollection", gvr),
+        (f"{step} - items remaining", {**gvr, "items": 1}),
+        (f"{step} - items remaining with finalizers", {**gvr, "finalizers": {"example.com/f": 1}}),
+    ]
+    assert ("Namespace controller - estimateGracefulTerminationForPods", {"namespace": NS}) in lines
+
+
+@pytest.mark.parametrize("verbosity", [5], indirect=True)
+async def test_a_failed_delete_collection_is_traced_with_its_error(
+    verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = FakeApi()
+    api.add_namespace()
+    api.errors[("deletecollection", "configmaps")] = ApiError(403, "Forbidden", "configmaps is forbidden")
+    deleter = make_deleter(api, CORE)
+    with caplog.at_level(logging.INFO), pytest.raises(AggregateError):
+        await deleter.delete(NS)
+    unexpected = "Namespace controller - deleteCollection unexpected error"
+    [failed] = [r for r in caplog.records if r.getMessage() == unexpected]
+    assert failed.kv == {"namespace": NS, "resource": "/v1, Resource=configmaps",  # type: ignore[attr-defined]
+                         "err": "configmaps is forbidden"}
 
 
 async def test_already_finalized_namespace_needs_no_content_pass() -> None:

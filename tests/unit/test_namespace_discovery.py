@@ -30,10 +30,12 @@ class FakeDiscoveryClient:
     def __init__(self, docs: dict[str, Any]) -> None:
         self.docs = docs
         self.paths: list[str] = []
+        self.options: list[dict[str, Any]] = []  # each request's keyword arguments
 
-    async def request(self, method: str, path: str, **_: Any) -> Any:
+    async def request(self, method: str, path: str, **options: Any) -> Any:
         assert method == "GET"
         self.paths.append(path)
+        self.options.append(options)
         answer = self.docs.get(path, NotFound(404, "NotFound", f"{path} not found"))
         if isinstance(answer, Exception):
             raise answer
@@ -84,6 +86,19 @@ async def test_aggregated_discovery_uses_two_requests_and_skips_subresources() -
     assert client.paths == ["/api", "/apis"]
     assert found.error is None and found.failed == {}
     assert names(found.resources) == {"v1": ["bindings", "nodes", "pods"], "apps/v1": ["replicasets"]}
+
+
+async def test_discovery_asks_as_client_go_does_and_reads_v2beta1_as_v2() -> None:
+    client = aggregated_server(agg_group("apps", ("v1", [agg_resource("replicasets", "ReplicaSet")], "Current")))
+    client.docs = {path: {**doc, "apiVersion": "apidiscovery.k8s.io/v2beta1"} for path, doc in client.docs.items()}
+    found = await server_preferred_resources(client)  # type: ignore[arg-type]
+    assert names(found.resources) == {"v1": ["bindings", "nodes", "pods"], "apps/v1": ["replicasets"]}
+    assert client.paths == ["/api", "/apis"]
+    # client-go's Accept order (discovery_client.go acceptDiscoveryFormats) and its 32 s timeout.
+    assert [o["accept"] for o in client.options] == [
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"] * 2
+    assert {o["timeout"].total for o in client.options} == {32}
 
 
 async def test_namespaced_filter_drops_cluster_scoped_resources() -> None:
@@ -170,6 +185,7 @@ async def test_legacy_discovery_fetches_each_group_version_and_collects_failures
     client = legacy_server()
     found = await server_preferred_namespaced_resources(client)  # type: ignore[arg-type]
     assert sorted(client.paths[2:]) == ["/api/v1", "/apis/apps/v1", "/apis/metrics.k8s.io/v1beta1"]
+    assert {o["timeout"].total for o in client.options} == {32}  # a hanging group version fails after 32 s
     assert names(found.resources) == {"v1": ["pods"], "apps/v1": ["replicasets"]}
     assert str(found.error) == (
         "unable to retrieve the complete list of server APIs: "
