@@ -62,6 +62,7 @@ class ClientConfig:
     server_name: str | None = None  # the name the server's certificate is checked for, if not the host's
     proxy_url: str | None = None  # the proxy to connect through (load_config: proxy-url, else the environment's)
     impersonate: tuple[tuple[str, str], ...] = ()  # Impersonate-* headers sent with every request
+    disable_compression: bool = False  # no Accept-Encoding: gzip (a kubeconfig cluster's disable-compression)
     # Told of every 401: a token source that can fetch a new token now (client-go's ResettableTokenSource).
     on_unauthorized: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     # Checked before each mutating request (a leader's fence); shared by clients derived from this one.
@@ -118,7 +119,7 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         # client-go merges the user's credentials (tokens, basic auth, client certificates) only into a
         # TLS config: over plain HTTP they would travel in the clear. Impersonation it keeps.
         return ClientConfig(host=host, ssl_context=None, verify_tls=creds.verify_tls, proxy_url=proxy,
-                            impersonate=creds.impersonate)
+                            impersonate=creds.impersonate, disable_compression=creds.disable_compression)
     return ClientConfig(
         host=host,
         ssl_context=tls_context(creds.ca_file, creds.verify_tls, creds.cert_file, creds.key_file),
@@ -130,6 +131,7 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         server_name=creds.server_name,
         proxy_url=proxy,
         impersonate=creds.impersonate,
+        disable_compression=creds.disable_compression,
     )
 
 
@@ -170,6 +172,7 @@ def _kubeconfig_credentials(paths: list[str], context: str | None, master: str |
         cluster, user = sections
         creds.server_name = cluster.get("tls-server-name") or None
         creds.proxy_url = cluster.get("proxy-url") or None
+        creds.disable_compression = bool(cluster.get("disable-compression"))
         try:
             creds.impersonate = impersonation_headers(user)
         except KubeconfigError as err:

@@ -5,7 +5,9 @@ frozen VM) from writing when it resumes, before its renew loop notices: a standb
 then. The fence closes that window. Every mutating request checks that the last successful Lease
 renewal was *sent* less than `window` seconds ago on this process's monotonic clock, after the
 rate limiter and again in the same synchronous step that hands its bytes to the connection's
-transport (pykcm.client.httpconnection writes a request whole, with one write()). The socket and
+transport (pykcm.client.httpconnection writes a request with one write(), or one over 64 KiB in
+pieces until the transport is full, the rest as it drains: a body's later bytes cannot make a
+request that started arriving in time apply any sooner). The socket and
 TLS transports of both asyncio and uvloop call send() on the socket before write() returns
 (unless the kernel buffer is full), so a freeze lands before that check (the request is refused
 on waking) or after the bytes left (the apiserver reads them while this process is frozen); only

@@ -2,7 +2,8 @@
 
 aiohttp's client spent 400-500 µs of CPU per request in Python (a request object, a task for the
 body writer, the parser's callbacks). Here a request is its head and body written with one
-transport.write() and its response parsed in data_received(); the caller awaits one future.
+transport.write() (over 64 KiB, in pieces as the transport takes them) and its response parsed
+in data_received(); the caller awaits one future.
 Connections are kept alive in a pool per server (idle ones closed after 90 s, client-go's
 IdleConnTimeout) and carry Content-Length or chunked bodies, gzip-encoded or not, buffered or
 streamed (watches). No redirects, cookies or 100-continue: the API server needs none. A proxy
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from pykcm.client.fence import WriteFence
-from pykcm.client.httpconnection import HTTPConnection, NotSent, ServerDisconnected
+from pykcm.client.httpconnection import HTTPConnection, HTTPError, NotSent, ServerDisconnected
 from pykcm.client.proxy import open_tunnel, parse_proxy
 
 RequestHeaders = Mapping[str, str | list[str]]  # a list: the header sent once per value
@@ -57,11 +58,13 @@ class ConnectionPool:
     """Keep-alive connections to one server: at most `limit` open (busy, idle or connecting).
     `server_name` is the name TLS asks for and checks the certificate against instead of the
     URL's host (a kubeconfig's tls-server-name); `proxy` a proxy URL (http:// or https://, with
-    user:password for Basic auth; ValueError for any other, socks5 included)."""
+    user:password for Basic auth; ValueError for any other, socks5 included); with
+    `disable_compression` no gzip is asked for (a kubeconfig's disable-compression)."""
 
     def __init__(
         self, url: str, ssl_context: ssl.SSLContext | None, limit: int, fence: WriteFence | None = None,
         idle_timeout: float = IDLE_TIMEOUT, *, server_name: str | None = None, proxy: str | None = None,
+        disable_compression: bool = False,
     ) -> None:
         parts = urlsplit(url)
         https = parts.scheme == "https"
@@ -72,6 +75,7 @@ class ConnectionPool:
         self._server_name = server_name or None
         self._proxy = parse_proxy(proxy) if proxy else None  # a bad proxy URL fails here, not at each request
         self._limit, self._fence, self._idle_timeout = limit, fence, idle_timeout
+        self._head_end = "\r\n" if disable_compression else "Accept-Encoding: gzip\r\n\r\n"
         self._conns: set[HTTPConnection] = set()
         self._idle: list[HTTPConnection] = []  # most recently used last
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -116,13 +120,13 @@ class ConnectionPool:
         stale pooled connection once as the module docstring says; the connection is ours."""
         head = [f"{method} {self._base}{target} HTTP/1.1\r\nHost: {self._host}\r\n"]
         for name, value in headers.items():
-            if isinstance(value, list):  # the header repeated, a line per value (Impersonate-Group)
-                head.extend(f"{name}: {v}\r\n" for v in value)
-            else:
-                head.append(f"{name}: {value}\r\n")
+            for v in value if isinstance(value, list) else (value,):  # a list: a line per value (Impersonate-Group)
+                if "\r" in v or "\n" in v or "\0" in v:  # a line break would start a header of its own
+                    raise HTTPError(f'invalid header field value for "{name}"')  # not the value: a secret
+                head.append(f"{name}: {v}\r\n")
         if body is not None or method in ("POST", "PUT", "PATCH"):
             head.append(f"Content-Length: {len(body or b'')}\r\n")
-        head.append("Accept-Encoding: gzip\r\n\r\n")
+        head.append(self._head_end)
         data = "".join(head).encode() + (body or b"")  # header values as UTF-8 bytes, as Go sends them
         if self.loop is None:
             self.loop = asyncio.get_running_loop()

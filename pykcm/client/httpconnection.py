@@ -11,23 +11,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import zlib
 from collections.abc import Callable
 
 from pykcm.client.fence import WriteFence
 
-MAX_HEAD = 64 * 1024  # response status line and headers
+# A response's status line and headers, however they arrive: 1 MiB, far above any apiserver's (it
+# cuts warnings at 4 KB), and the limit pykcm's server and Go's put on a request's. Go's client
+# allows 10 MB, which a broken proxy could make each of 256 connections hold.
+MAX_HEAD = 1 << 20
 PAUSE_ABOVE = 4 << 20  # a streamed body stops reading from the socket with this much unconsumed
+# A request larger than this is handed to the transport in pieces until it is full (pause_writing),
+# in the fenced step as one write would, so what it has not sent is ours or in its count (reusable).
+# A TLS transport counts only its own buffer and passes a whole write to the socket's one below.
+WRITE_PIECE = 64 * 1024
 KEEPALIVE = 30  # seconds idle before TCP keep-alive probes, and between them (client-go's dialer)
 
 # Where the parser is in the current response.
 _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_EOF, _DONE = range(9)
 _HEX = b"0123456789abcdefABCDEF"
+_END_OF_HEAD = re.compile(rb"\n\r?\n")  # an empty line; bare LF line ends too, as Go's textproto reads them
+_GZIP = 16 + zlib.MAX_WBITS
+# Headers read as one value: a repeated one counts with its first value, as Go's Header.Get (the
+# others are joined with ", ", as a list). Retry-After "1, 1" would read as no number at all.
+_FIRST_VALUE_ONLY = frozenset({"retry-after", "content-type", "content-encoding", "x-kubernetes-pf-flowschema-uid",
+                               "x-kubernetes-pf-prioritylevel-uid"})
 
 
 class HTTPError(Exception):
-    """The connection broke or the server's answer was not HTTP/1.1 (no status to report)."""
+    """The connection broke, the server's answer was not HTTP/1.1, or a header value would break
+    the request's head (nothing sent)."""
+
+    status = 0  # the response's when its head had arrived: the error came while reading the body
 
 
 class ServerDisconnected(HTTPError):
@@ -69,6 +86,8 @@ class HTTPConnection(asyncio.Protocol):
         self._read_timeout = 0.0
         self._last_read = 0.0
         self._paused = False
+        self._unsent = memoryview(b"")  # the request's bytes not handed to the transport yet
+        self._writing_paused = False
 
     # -- the exchange, as the caller sees it ----------------------------------------------------------
 
@@ -88,7 +107,11 @@ class HTTPConnection(asyncio.Protocol):
         self._buf, self._remaining, self._buffered = b"", 0, 0
         self._no_body, self._streaming, self._gunzip, self._gzipped = method == "HEAD", streaming, None, False
         self._state = _HEAD
-        transport.write(data)
+        if len(data) > WRITE_PIECE:
+            self._unsent = memoryview(data)
+            self._write_more()  # in this step, the fence's, until the transport is full
+        else:
+            transport.write(data)
         if deadline is not None:
             self._total_timer = self._loop.call_at(deadline, self._expire, "the request took too long")
         if read_timeout is not None:
@@ -113,8 +136,11 @@ class HTTPConnection(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        """Open, and either unused or done with a response that lets it stay open."""
-        return not self.closed and self.keep_alive and self._state in (_IDLE, _DONE)
+        """Open, either unused or done with a response that lets it stay open, and done writing:
+        a body the server answered early (a 413, a 429) still being written would be read as the
+        next request's start (Go reuses a connection only once wroteRequest())."""
+        return (not self.closed and self.keep_alive and self._state in (_IDLE, _DONE) and not self._unsent
+                and self.transport is not None and self.transport.get_write_buffer_size() == 0)
 
     def take(self) -> bytes:
         """The body bytes received and not taken yet."""
@@ -134,6 +160,7 @@ class HTTPConnection(asyncio.Protocol):
         self._total_timer = self._read_timer = None
         self._read_timeout = 0.0
         self._state = _IDLE
+        self._unsent = memoryview(b"")  # not reusable then: the connection is closed
         self.body.clear()  # a stream closed with its last chunks unread
         if self._paused and self.transport is not None:
             self._paused = False
@@ -156,6 +183,20 @@ class HTTPConnection(asyncio.Protocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # vanished apiserver is noticed
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._write_more()
+
+    def _write_more(self) -> None:
+        """Hand the transport the request's next pieces until it says it is full, or all are sent."""
+        transport = self.transport
+        while self._unsent and not self._writing_paused and transport is not None and not transport.is_closing():
+            piece, self._unsent = self._unsent[:WRITE_PIECE], self._unsent[WRITE_PIECE:]
+            transport.write(piece)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_close(self)
@@ -200,12 +241,12 @@ class HTTPConnection(asyncio.Protocol):
                     else:
                         self._state = _CHUNK_END
             elif state in (_CHUNK_SIZE, _TRAILERS):
-                eol = buf.find(b"\r\n", pos)
+                eol = buf.find(b"\n", pos)  # a bare LF ends the line too, as in Go's chunked reader
                 if eol < 0:
                     if end - pos > MAX_HEAD:
                         raise HTTPError("chunk size line too long")
                     break
-                line, pos = buf[pos:eol], eol + 2
+                line, pos = buf[pos:eol].removesuffix(b"\r"), eol + 1
                 if state == _TRAILERS:
                     if not line:
                         self._finish()
@@ -223,13 +264,13 @@ class HTTPConnection(asyncio.Protocol):
                 pos += 2
                 self._state = _CHUNK_SIZE
             elif state == _HEAD:
-                eoh = buf.find(b"\r\n\r\n", pos)
-                if eoh < 0:
-                    if end - pos > MAX_HEAD:
-                        raise HTTPError("response head too large")
+                eoh = _END_OF_HEAD.search(buf, pos)
+                if (eoh.start() if eoh else end) - pos > MAX_HEAD:  # however the head arrived
+                    raise HTTPError("response head too large")
+                if eoh is None:
                     break
-                self._head(buf[pos:eoh])
-                pos = eoh + 4
+                self._head(buf[pos : eoh.start()])
+                pos = eoh.end()
             elif state == _UNTIL_EOF:
                 self._body_bytes(buf[pos:] if pos else buf)
                 pos = end
@@ -240,14 +281,12 @@ class HTTPConnection(asyncio.Protocol):
         self._buf = buf[pos:] if pos < end else b""
 
     def _head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
+        lines = [line.removesuffix(b"\r") for line in head.split(b"\n")]
         version, _, rest = lines[0].partition(b" ")
-        try:
-            status = int(rest[:3])
-        except ValueError:
-            status = 0
-        if not version.startswith(b"HTTP/1.") or not 100 <= status <= 999:
+        code = rest.lstrip(b" ").partition(b" ")[0]  # Go: exactly 3 digits, then a space or the end
+        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit() or code < b"100":
             raise HTTPError(f"bad status line {lines[0][:80]!r}")
+        status = int(code)
         if status < 200:  # an interim response (100 Continue, 103 Early Hints): the real one follows
             return
         headers: dict[str, str] = {}
@@ -256,32 +295,43 @@ class HTTPConnection(asyncio.Protocol):
             if not colon:
                 raise HTTPError(f"bad header line {line[:80]!r}")
             key, text = name.strip().lower().decode("latin-1"), value.strip().decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        self.status, self.headers = status, headers
+            if key not in headers:
+                headers[key] = text
+            elif key not in _FIRST_VALUE_ONLY:
+                headers[key] = f"{headers[key]}, {text}"
         connection = headers.get("connection", "").lower()
-        if "close" in connection or (version == b"HTTP/1.0" and "keep-alive" not in connection):
-            self.keep_alive = False
         coding = headers.get("content-encoding", "identity").lower()
-        if coding == "gzip":
-            self._gunzip = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        elif coding != "identity":
+        if coding not in ("gzip", "identity"):
             raise HTTPError(f"unsupported content-encoding {coding!r}")
-        length = headers.get("content-length")
+        # Go reads an HTTP/1.0 answer's Transfer-Encoding as absent, and takes none but one "chunked"
+        # (a request-smuggling guard): "gzip, chunked" would leave gzip bytes undecoded.
+        transfer = headers.get("transfer-encoding") if version != b"HTTP/1.0" else None
+        if transfer is not None and transfer.lower() != "chunked":
+            raise HTTPError(f"unsupported transfer encoding {transfer[:80]!r}")
+        length = -1  # none: the body ends when the server closes the connection
         if self._no_body or status in (204, 304):
-            self._finish()
-        elif "chunked" in headers.get("transfer-encoding", "").lower():
-            self._state = _CHUNK_SIZE
-        elif length is not None:
-            values = {value.strip() for value in length.split(",")}  # repeated, the same: Go takes it
+            length = 0
+        elif transfer is None and "content-length" in headers:
+            raw = headers["content-length"]
+            values = {value.strip() for value in raw.split(",")}  # repeated, the same: Go takes it
             value = values.pop()
             if values or not value.isdigit() or not value.isascii():  # int() would take "-1", " 3", "1_0"
-                raise HTTPError(f"bad content-length {length!r}")
-            self._remaining = int(value)
-            if self._remaining > 0:
-                self._state = _LENGTH
-            else:
-                self._finish()
-        else:  # the body ends when the server closes the connection
+                raise HTTPError(f"bad content-length {raw!r}")
+            length = int(value)
+        # The head is whole and good: an error from here on is one while reading the body.
+        self.status, self.headers = status, headers
+        if "close" in connection or (version == b"HTTP/1.0" and "keep-alive" not in connection):
+            self.keep_alive = False
+        if coding == "gzip":
+            self._gunzip = zlib.decompressobj(wbits=_GZIP)
+        if length == 0:
+            self._finish()
+        elif transfer is not None:
+            self._state = _CHUNK_SIZE
+        elif length > 0:
+            self._remaining = length
+            self._state = _LENGTH
+        else:
             self.keep_alive = False
             self._state = _UNTIL_EOF
         if self._streaming:
@@ -291,8 +341,8 @@ class HTTPConnection(asyncio.Protocol):
         if self._gunzip is not None:
             self._gzipped = True
             try:
-                data = self._gunzip.decompress(data)
-            except zlib.error as err:
+                data = self._gunzipped(self._gunzip, data)
+            except zlib.error as err:  # trailing bytes that are no gzip member too, as Go's "invalid header"
                 raise HTTPError(f"bad gzip body: {err}") from None
         if not data:
             return
@@ -303,6 +353,17 @@ class HTTPConnection(asyncio.Protocol):
                 self._paused = True
                 self.transport.pause_reading()
             self._wake()
+
+    def _gunzipped(self, gunzip: zlib._Decompress, data: bytes) -> bytes:
+        """Every gzip member of the body, one after another, as Go's (multistream) gzip reader."""
+        if gunzip.eof:  # the last piece ended a member: these bytes start the next
+            gunzip = self._gunzip = zlib.decompressobj(wbits=_GZIP)
+        out = gunzip.decompress(data)
+        while gunzip.eof and gunzip.unused_data:
+            rest = gunzip.unused_data
+            gunzip = self._gunzip = zlib.decompressobj(wbits=_GZIP)
+            out += gunzip.decompress(rest)
+        return out
 
     def _finish(self) -> None:
         self._state = _DONE
@@ -318,6 +379,8 @@ class HTTPConnection(asyncio.Protocol):
     def _fail(self, error: BaseException) -> None:
         if self.error is None:  # the first cause, not the disconnection it led to
             self.error = error
+            if isinstance(error, HTTPError):  # the status once the head was whole and good, else 0:
+                error.status = self.status  # retry.py tells a broken body from a broken exchange
         self.keep_alive = False
         self._wake()
 

@@ -62,6 +62,7 @@ class Credentials:
     server_name: str | None = None  # tls-server-name: the name the server's certificate is checked for
     proxy_url: str | None = None
     impersonate: tuple[tuple[str, str], ...] = ()  # Impersonate-* headers, in order, names repeated
+    disable_compression: bool = False  # the cluster's disable-compression: ask for no gzip
 
 
 class FileToken:
@@ -329,7 +330,8 @@ def _credentials(cluster: dict[str, Any], user: dict[str, Any], bases: tuple[str
     if not server:
         return None
     creds = Credentials(host=server.rstrip("/"), verify_tls=not cluster.get("insecure-skip-tls-verify"),
-                        server_name=cluster.get("tls-server-name") or None, proxy_url=cluster.get("proxy-url") or None)
+                        server_name=cluster.get("tls-server-name") or None, proxy_url=cluster.get("proxy-url") or None,
+                        disable_compression=bool(cluster.get("disable-compression")))
     creds.ca_file = _file_or_data(cluster, "certificate-authority", bases[0])
     creds.cert_file = _file_or_data(user, "client-certificate", bases[1])
     creds.key_file = _file_or_data(user, "client-key", bases[1])

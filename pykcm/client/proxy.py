@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import ipaddress
 import os
 import ssl
@@ -218,7 +219,7 @@ async def open_tunnel(
     reply = _ConnectReply(loop, proxy.address, target)
     # An https:// proxy is spoken to with the API server's TLS settings (its CA, client certificate
     # and tls-server-name), as net/http's addTLS does with the transport's TLSClientConfig.
-    outer = ({"ssl": ssl_context or ssl.create_default_context(), "server_hostname": server_name or proxy.host}
+    outer = ({"ssl": ssl_context or default_tls_context(), "server_hostname": server_name or proxy.host}
              if proxy.tls else {})
     transport, _ = await loop.create_connection(lambda: reply, proxy.host, proxy.port, **outer)
     try:
@@ -243,6 +244,13 @@ async def open_tunnel(
         reply.head.cancel()  # a failure the abort below reports has no one to hear it
         transport.abort()
         raise
+
+
+@functools.cache
+def default_tls_context() -> ssl.SSLContext:
+    """The system's trust for an https:// proxy in front of an http:// server: built once, as loading
+    the CA bundle blocks the loop for tens of milliseconds (a context serves any number of connections)."""
+    return ssl.create_default_context()
 
 
 class _ConnectReply(asyncio.Protocol):

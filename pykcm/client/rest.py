@@ -64,8 +64,8 @@ class _Transport:
         if self._pool is None:
             # The fence is checked by the pool in the step that writes a request (see fence.py).
             self._pool = ConnectionPool(self.config.host, self._ssl_context, CONNECTIONS, self.config.write_fence,
-                                        server_name=self.config.server_name,
-                                        proxy=self.config.proxy_url)
+                                        server_name=self.config.server_name, proxy=self.config.proxy_url,
+                                        disable_compression=self.config.disable_compression)
         return self._pool
 
     def _rotate_tls_files(self) -> None:
@@ -207,8 +207,9 @@ class RestClient:
     ) -> retry.Retry | None:
         """Count attempt `attempt`'s answer (`status` and `headers`) or `error`; when retry.py says
         it is to be sent again, wait the delay and return why, else None (the caller's to raise)."""
-        if error is not None:
-            self._count(attempt, "<error>", method, self._transport.host_label)
+        if error is not None:  # a body cut after the head counts as its status, as client-go's
+            code = retry.head_status(error)
+            self._count(attempt, str(code) if code else "<error>", method, self._transport.host_label)
             again = retry.after_error(attempt, method, error, message, timeouts=timeouts)
         else:
             self._count(attempt, str(status), method, self._transport.host_label)

@@ -4,9 +4,11 @@ A response asks for a retry with an integer `Retry-After` header on a 429 or a 5
 apiserver sets it for priority-and-fairness and max-in-flight throttling, a watch cache not yet
 ready, and storage timeouts (500 ServerTimeout, Retry-After: 2). Without the header nothing is
 retried: the caller gets the error (a controller re-queues its key). A GET whose connection broke
-(reset, or closed before the answer was whole) is sent again after 1 s; writes are not, as they
-may have been done. A retry waits for the client's rate limiter again, as client-go's does; a
-watch is retried the same way until its response head arrives (a timeout too), not rate limited.
+(reset, or closed) before the response's head is sent again after 1 s; writes are not, as they
+may have been done, nor is a body cut after its head (client-go returns that read error at
+once: withRetry sees only what client.Do returns, which ends at the head). A retry waits for
+the client's rate limiter again, as client-go's does; a watch is retried the same way until
+its response head arrives (a timeout too), not rate limited.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pykcm.client.httpconnection import ServerDisconnected
+from pykcm.client.httpconnection import HTTPError, ServerDisconnected
 
 MAX_RETRIES = 10  # client-go's default: rest.Config's maxRetries
 BROKEN_CONNECTION_WAIT = 1  # seconds: client-go's artificial "Retry-After: 1" for a retryable error
@@ -45,14 +47,19 @@ def after_response(attempt: int, status: int, headers: Mapping[str, str]) -> Ret
 
 
 def after_error(attempt: int, method: str, err: BaseException, message: str, timeouts: bool = False) -> Retry | None:
-    """Attempt `attempt` failed with `err` before an answer: a GET whose connection broke is retried
-    (with `timeouts`, a watch's, also one that timed out, as client-go's Watch does)."""
-    retryable = is_broken_connection(err) or (timeouts and isinstance(err, TimeoutError))
+    """Attempt `attempt` failed with `err`: a GET whose connection broke before the response's head
+    is retried (with `timeouts`, a watch's, also one that timed out, as client-go's Watch does)."""
+    retryable = (is_broken_connection(err) and not head_status(err)) or (timeouts and isinstance(err, TimeoutError))
     if attempt > MAX_RETRIES or method != "GET" or not retryable:
         return None
     wait = BROKEN_CONNECTION_WAIT
     reason = f"retries: {attempt}, retry-after: {wait}s - retry-reason: due to retryable error, error: {message}"
     return Retry(wait, reason)
+
+
+def head_status(err: BaseException) -> int:
+    """The status of the response whose body `err` broke off, or 0 for an error before its head."""
+    return err.status if isinstance(err, HTTPError) else 0
 
 
 def is_connection_reset(err: BaseException) -> bool:

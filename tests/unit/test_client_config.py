@@ -18,6 +18,7 @@ from pykcm.client.config import (
     tls_context,
 )
 from pykcm.client.rest import RestClient
+from tests.unit.test_http import ok, raw_server, read_request
 
 
 def write_kubeconfig(tmp_path, user: dict, server: str = "https://127.0.0.1:6443") -> str:
@@ -250,3 +251,34 @@ def test_a_failing_exec_plugin_stops_the_start_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"^getting credentials: ") as err:
         load_config(write_kubeconfig(tmp_path, user))
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("reader", ["simple", "package"])
+async def test_disable_compression_is_carried_to_the_wire(tmp_path, reader):
+    """client-go's DisableCompression: no Accept-Encoding: gzip, whichever reader read the kubeconfig."""
+    heads = []
+
+    async def handle(reader_, writer):
+        while request := await read_request(reader_):
+            heads.append(request)
+            writer.write(ok(b"{}"))
+            await writer.drain()
+
+    user = {}
+    if reader == "package":  # an exec plugin: the `kubernetes` package reads the file
+        plugin = tmp_path / "plugin"
+        plugin.write_text(EXEC_PLUGIN.format(python=sys.executable, counter=str(tmp_path / "runs")))
+        plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
+        user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin),
+                         "interactiveMode": "Never"}}
+    async with raw_server(handle) as url:
+        for disable in (True, False):
+            config = load_config(kubeconfig_with(tmp_path, {"server": url, "disable-compression": disable}, user))
+            assert config.disable_compression is disable
+            client = RestClient(config)
+            try:
+                await client.request("GET", "/api")
+            finally:
+                await client.close()
+    assert b"accept-encoding" not in heads[0].lower()
+    assert b"\r\nAccept-Encoding: gzip\r\n" in heads[1]

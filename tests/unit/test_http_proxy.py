@@ -29,7 +29,7 @@ from pykcm.app import eventloop
 from pykcm.client import retry
 from pykcm.client.config import load_config
 from pykcm.client.http import ConnectionPool, Timeout
-from pykcm.client.proxy import ProxyRefused, proxy_for
+from pykcm.client.proxy import ProxyRefused, default_tls_context, proxy_for
 from pykcm.client.rest import RestClient
 from pykcm.testenv.certs import ensure_pki
 from pykcm.util.log import one_line
@@ -422,6 +422,33 @@ async def test_a_tunnel_the_server_closed_while_idle_is_let_go_and_close_is_prom
         assert conns and all(conn.lost.done() for conn in conns) and time.monotonic() - start < 0.5
     assert [r.split(b" ")[1] for r in received] == [b"/a", b"/b"]
     assert len(proxy.connects) == 2
+
+
+async def test_an_https_proxy_for_a_plain_http_server_builds_the_default_tls_context_once(
+    certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the server's TLS settings the proxy is checked with the system's trust, whose CA
+    bundle takes tens of milliseconds of the loop to load: once, not at each tunnel."""
+    built: list[ssl.SSLContext] = []
+    real = ssl.create_default_context
+
+    def default_context() -> ssl.SSLContext:  # the test CA, standing in for the system's trust
+        built.append(real(cafile=str(certs.ca)))
+        return built[-1]
+
+    monkeypatch.setattr(ssl, "create_default_context", default_context)
+    default_tls_context.cache_clear()
+    try:
+        async with loopback_server(echo_path) as url, connect_proxy(ssl_context=certs.server()) as proxy:
+            for path in ("/a", "/b"):  # a pool each: a tunnel each
+                pool = ConnectionPool(url, None, limit=1, proxy=proxy.url, server_name=SERVER_NAME)
+                try:
+                    assert orjson.loads((await pool.request("GET", path, {}, None, QUICK)).body) == {"path": path}
+                finally:
+                    await pool.close()
+    finally:
+        default_tls_context.cache_clear()  # not the test CA's for the tests that follow
+    assert len(proxy.connects) == 2 and len(built) == 1
 
 
 # -- from a kubeconfig ------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY
 from pykcm.client import retry
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import ApiError, InternalError, ServiceUnavailable, TooManyRequests, TransportError
+from pykcm.client.httpconnection import ServerDisconnected
 from pykcm.client.rest import RestClient, _ThrottleLog
 from pykcm.util.log import set_verbosity
 from tests.support import loopback_server
@@ -132,10 +133,10 @@ def cut_first(arrivals: list[float], cut: bytes, then: bytes) -> Handler:
 
 @pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])
 async def test_a_get_whose_connection_broke_is_sent_again_after_a_second_and_a_write_is_not(method: str) -> None:
-    """The first answer is cut short (the server closed the connection mid-body): the GET may be
-    repeated, a write may have been done and is not."""
+    """The first answer is cut short (the server closed the connection inside the response's head):
+    the GET may be repeated, a write may have been done and is not."""
     arrivals: list[float] = []
-    async with raw_server(cut_first(arrivals, ok(b'{"items": [1, 2, 3]}')[:-5], ok(b'{"items": []}'))) as url:
+    async with raw_server(cut_first(arrivals, ok(b'{"items": [1, 2, 3]}')[:20], ok(b'{"items": []}'))) as url:
         api = client(counted_from_now(url))
         labels = {"verb": "GET", "host": url.removeprefix("http://")}
         count_before, sum_before = (
@@ -159,6 +160,26 @@ async def test_a_get_whose_connection_broke_is_sent_again_after_a_second_and_a_w
         assert len(arrivals) == 1
 
 
+async def test_a_get_whose_body_was_cut_after_its_head_fails_at_once_counted_as_its_status() -> None:
+    """client-go's withRetry sees only what client.Do returns, which ends at the response's head: a
+    body read error is the caller's at once, the attempt counted with the head's status."""
+    arrivals: list[float] = []
+    async with raw_server(cut_first(arrivals, ok(b'{"items": [1, 2, 3]}')[:-5], ok(b'{"items": []}'))) as url:
+        api = client(counted_from_now(url))
+        labels = {"code": "200", "method": "GET", "host": url.removeprefix("http://")}
+        errors = {**labels, "code": "<error>"}
+        before = [REGISTRY.get_sample_value("rest_client_requests_total", each) or 0.0 for each in (labels, errors)]
+        try:
+            with pytest.raises(TransportError, match="before the response was complete"):
+                await api.request("GET", "/a")
+        finally:
+            await api.close()
+    assert len(arrivals) == 1
+    after = [REGISTRY.get_sample_value("rest_client_requests_total", each) or 0.0 for each in (labels, errors)]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 0]
+    assert retries(url, "200") == retries(url, "<error>") == 0
+
+
 def test_the_reasons_are_client_gos() -> None:
     throttled = retry.after_response(1, 429, {"retry-after": "2", "x-kubernetes-pf-flowschema-uid": "f-1"})
     assert throttled == retry.Retry(
@@ -170,6 +191,10 @@ def test_the_reasons_are_client_gos() -> None:
     assert broken == retry.Retry(
         1, "retries: 1, retry-after: 1s - retry-reason: due to retryable error, error: GET /api: reset")
     assert retry.after_error(1, "GET", ConnectionRefusedError(), "refused") is None
+    cut = ServerDisconnected("server closed the connection before the response was complete")
+    assert retry.after_error(1, "GET", cut, "cut") is not None  # before the head
+    cut.status = 200
+    assert retry.after_error(1, "GET", cut, "cut") is None  # a body cut after it
     assert retry.after_error(1, "GET", TimeoutError(), "timed out") is None
     assert retry.after_response(retry.MAX_RETRIES + 1, 429, {"retry-after": "1"}) is None
 
