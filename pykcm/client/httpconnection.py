@@ -154,11 +154,7 @@ class HTTPConnection(asyncio.Protocol):
         return data
 
     def end_exchange(self) -> None:
-        for timer in (self._total_timer, self._read_timer):
-            if timer is not None:
-                timer.cancel()
-        self._total_timer = self._read_timer = None
-        self._read_timeout = 0.0
+        self._cancel_timers()
         self._state = _IDLE
         self._unsent = memoryview(b"")  # not reusable then: the connection is closed
         self.body.clear()  # a stream closed with its last chunks unread
@@ -170,6 +166,18 @@ class HTTPConnection(asyncio.Protocol):
         if not self.closed and self.transport is not None:
             self.transport.abort()  # a half-done exchange is not worth flushing
         self._on_close(self)
+        self._cancel_timers()  # armed, they would keep a dead connection up to a minute
+        if self._waiter is None:
+            # Raised to the caller already: its traceback holds this connection's frames, so keeping it
+            # would make a cycle that only the collector frees, and never once frozen (util/memory.py).
+            self.error = None
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._total_timer, self._read_timer):
+            if timer is not None:
+                timer.cancel()
+        self._total_timer = self._read_timer = None
+        self._read_timeout = 0.0
 
     # -- asyncio.Protocol -----------------------------------------------------------------------------
 

@@ -6,20 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import gzip
 import ssl
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from aiohttp import web
 
 from pykcm.app import eventloop
+from pykcm.client import http
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import NotFound, TransportError
 from pykcm.client.http import ConnectionPool, Timeout
+from pykcm.client.httpconnection import HTTPConnection, HTTPError
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient
 from tests.support import free_port, loopback_server
@@ -216,6 +221,38 @@ async def test_only_a_get_is_sent_again_when_a_pooled_connection_dies_unanswered
         finally:
             await api.close()
     assert [r.split(b" ")[0].decode() for r in received[1:]] == [method] * sent
+
+
+async def test_a_connection_that_died_in_an_exchange_is_freed_without_the_cyclic_collector(monkeypatch) -> None:
+    """Its error's traceback holds its frames: held by the connection too, that is a cycle, which a
+    relist's gc.freeze() (util/memory.py) would keep for good, TLS buffers and all."""
+    made: weakref.WeakSet[HTTPConnection] = weakref.WeakSet()
+
+    class Recorded(HTTPConnection):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            made.add(self)
+
+    monkeypatch.setattr(http, "HTTPConnection", Recorded)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{")  # then gone mid-body
+        await writer.drain()
+        writer.close()
+
+    gc.disable()
+    try:
+        async with raw_server(handle) as url:
+            pool = ConnectionPool(url, None, 4)
+            for method in ("POST", "GET"):
+                with pytest.raises(HTTPError):
+                    await pool.request(method, "/x", {}, b"{}" if method == "POST" else None, QUICK)
+            await asyncio.sleep(0.05)  # connection_lost has run
+            await pool.close()
+        assert len(made) == 0
+    finally:
+        gc.enable()
 
 
 async def test_a_refused_connection_is_one_line_without_the_errno() -> None:
