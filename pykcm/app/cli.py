@@ -111,13 +111,17 @@ def run(
     leader_elect_resource_namespace: Annotated[str, typer.Option(help="Namespace of the Lease used for leader election.")] = _defaults.leader_elect_resource_namespace,
     secure_port: Annotated[int, typer.Option(help="HTTPS port for /healthz, /livez, /readyz and /metrics; 0 disables serving.")] = _defaults.secure_port,
     bind_address: Annotated[str, typer.Option(help="IP address to listen on. If blank or an unspecified address (0.0.0.0 or ::), all interfaces and IP address families are used, as in KCM. With --local the default is 127.0.0.1.")] = _defaults.bind_address,
-    tls_cert_file: Annotated[str | None, typer.Option(help="Serving certificate (PEM); a self-signed one is generated in memory if omitted.")] = None,
+    tls_cert_file: Annotated[str | None, typer.Option(help="Serving certificate (PEM); if omitted, a self-signed one (RSA, as KCM's) is read from --cert-dir, or generated there or in memory.")] = None,
     tls_private_key_file: Annotated[str | None, typer.Option(help="Private key for --tls-cert-file (PEM).")] = None,
     tls_min_version: Annotated[str, typer.Option(help="Minimum TLS version served: VersionTLS10, VersionTLS11, VersionTLS12 (the default) or VersionTLS13.")] = "",
     tls_cipher_suites: Annotated[str, typer.Option(help="Comma-separated cipher suites (Go's names) served for TLS 1.2 and below; TLS 1.3's suites are not configurable, as in KCM. Empty: OpenSSL's default list.")] = "",
+    cert_dir: Annotated[str, typer.Option(help="Directory of the self-signed serving pair kube-controller-manager.crt/.key, generated there if missing; ignored with --tls-cert-file. Empty: generated in memory.")] = "",
+    client_ca_file: Annotated[str | None, typer.Option(help="CA bundle (PEM) that client certificates must be signed by, re-read when it changes; the only one trusted when set (the ConfigMap's client CA is then not read).")] = None,
+    authentication_skip_lookup: Annotated[bool, typer.Option("--authentication-skip-lookup/--no-authentication-skip-lookup", help="Do not read kube-system/extension-apiserver-authentication: without --client-ca-file no client certificate is trusted.")] = False,
+    authentication_tolerate_lookup_failure: Annotated[bool, typer.Option("--authentication-tolerate-lookup-failure/--no-authentication-tolerate-lookup-failure", help="Start even if that ConfigMap cannot be read with --authentication-kubeconfig (with the main credentials a failure only warns); client certificates then do not work.")] = False,
     authentication_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create tokenreviews; defaults to the main credentials.")] = None,
     authorization_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig allowed to create subjectaccessreviews; defaults to the main credentials.")] = None,
-    authorization_always_allow_paths: Annotated[str, typer.Option(help="Comma-separated HTTP paths served without authorization (exact, or prefix ending in '*').")] = ",".join(_defaults.authorization_always_allow_paths),
+    authorization_always_allow_paths: Annotated[str, typer.Option(help="Comma-separated HTTP paths served without authorization (exact, or prefix ending in '*', as KCM's: the leading / is optional, '*' alone is every path).")] = ",".join(_defaults.authorization_always_allow_paths),
     feature_gates: Annotated[str, typer.Option(help=featuregates.HELP)] = "",
     profiling: Annotated[bool, typer.Option("--profiling/--no-profiling", help="Serve /debug/flags/v: PUT a number there to change -v while running, as KCM's --profiling (Go's /debug/pprof has no Python counterpart; SIGQUIT dumps the stacks). KCM's --profiling=false also works.")] = _defaults.profiling,
     uvloop: Annotated[bool, typer.Option("--uvloop/--no-uvloop", help="Run on uvloop's event loop where it is installed (less CPU per request); --no-uvloop runs on asyncio's own.")] = _defaults.uvloop,
@@ -155,6 +159,8 @@ def run(
         tls_private_key_file=tls_private_key_file,
         tls_min_version=tls_min_version,
         tls_cipher_suites=[c.strip() for c in tls_cipher_suites.split(",") if c.strip()],
+        cert_dir=cert_dir, client_ca_file=client_ca_file, authentication_skip_lookup=authentication_skip_lookup,
+        authentication_tolerate_lookup_failure=authentication_tolerate_lookup_failure,
         authentication_kubeconfig=authentication_kubeconfig,
         authorization_kubeconfig=authorization_kubeconfig,
         authorization_always_allow_paths=[p.strip() for p in authorization_always_allow_paths.split(",") if p.strip()],
@@ -352,7 +358,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 # take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working,
 # as does splitting pflag's `-v=4`, which click would read as the value "=4", and joining the
 # repeats of a list flag, which pflag appends where click keeps the last (--feature-gates' too).
-_GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials", "--profiling")
+_GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials", "--profiling", "--authentication-skip-lookup",
+                  "--authentication-tolerate-lookup-failure")
 _GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths", "--tls-cipher-suites", "--feature-gates")
 
 

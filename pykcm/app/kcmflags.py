@@ -25,7 +25,7 @@ def _words(text: str) -> frozenset[str]:
 IGNORED_VALUE_FLAGS = _words("""
 --allow-metric-labels --allow-metric-labels-manifest --attach-detach-reconcile-sync-period
 --authentication-token-webhook-cache-ttl --authorization-webhook-cache-authorized-ttl
---authorization-webhook-cache-unauthorized-ttl --cert-dir --cidr-allocator-type --client-ca-file
+--authorization-webhook-cache-unauthorized-ttl --cidr-allocator-type
 --cloud-config --cloud-provider --cluster-cidr --cluster-name --cluster-signing-cert-file
 --cluster-signing-duration --cluster-signing-key-file --cluster-signing-kube-apiserver-client-cert-file
 --cluster-signing-kube-apiserver-client-key-file --cluster-signing-kubelet-client-cert-file
@@ -62,8 +62,7 @@ IGNORED_VALUE_FLAGS = _words("""
 
 # Booleans (`--flag`, `--flag=false`).
 IGNORED_BOOL_FLAGS = _words("""
---allocate-node-cidrs --authentication-skip-lookup --authentication-tolerate-lookup-failure
---configure-cloud-routes --contention-profiling --disable-attach-detach-reconcile-sync
+--allocate-node-cidrs --configure-cloud-routes --contention-profiling --disable-attach-detach-reconcile-sync
 --disable-force-detach-on-timeout --disable-http2-serving --enable-dynamic-provisioning
 --enable-garbage-collector --enable-hostpath-provisioner --enable-leader-migration
 --log-json-split-stream --log-text-split-stream --permit-address-sharing --permit-port-sharing

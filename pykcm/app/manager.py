@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -36,7 +37,7 @@ from pykcm.informers.factory import SharedInformerFactory
 from pykcm.serving import zpages
 from pykcm.serving.authn import DelegatingAuthenticator
 from pykcm.serving.authz import DelegatingAuthorizer
-from pykcm.serving.certs import ServingError, load_client_ca, read_client_ca
+from pykcm.serving.certs import ServingError, cert_dir_pair, lookup_client_ca, read_client_ca
 from pykcm.serving.dynamiccerts import DynamicServingTLS
 from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import LISTED_PATHS, SecureServer
@@ -88,6 +89,7 @@ class Manager:
 
     async def run(self, stop: asyncio.Event) -> None:
         memory.tune()
+        raise_open_files_limit()
         lag = asyncio.create_task(measure_event_loop_lag(on_tick=self.heartbeat.beat), name="event-loop lag")
         loop_watch = BlockedLoopWatch(self.heartbeat)
         loop_watch.start()
@@ -138,11 +140,17 @@ class Manager:
             return
         authn_client = self._delegated_client(opts.authentication_kubeconfig, "authentication-delegator")
         authz_client = self._delegated_client(opts.authorization_kubeconfig, "authorization-delegator")
+        # KCM's client CA: --client-ca-file alone if given, else the ConfigMap unless --authentication-skip-lookup
+        # (then no client certificate is trusted).
+        lookup = not opts.client_ca_file and not opts.authentication_skip_lookup
         try:
-            tls = DynamicServingTLS(
-                opts.tls_cert_file, opts.tls_private_key_file, opts.bind_address, await load_client_ca(authn_client),
-                tls_policy(opts.tls_min_version, opts.tls_cipher_suites),
-            )
+            client_ca = None
+            if lookup:
+                # A failure is fatal as in KCM only with --authentication-kubeconfig: with the main
+                # credentials (pykcm's default; KCM out of cluster looks nothing up) it is a warning.
+                tolerate = opts.authentication_tolerate_lookup_failure or not opts.authentication_kubeconfig
+                client_ca = await lookup_client_ca(authn_client, tolerate)
+            tls = await asyncio.to_thread(self._serving_tls, client_ca)  # RSA keys and files: off the loop
             server = SecureServer(
                 opts.bind_address,
                 opts.secure_port,
@@ -163,7 +171,17 @@ class Manager:
             raise ManagerError(str(err)) from None
         self.server = server
         # Certificate files and the client CA are re-read while serving, as KCM's dynamic content.
-        self._tls_refresh = asyncio.create_task(tls.run(lambda: read_client_ca(authn_client)), name="serving tls")
+        fetch = (lambda: read_client_ca(authn_client)) if lookup else None
+        self._tls_refresh = asyncio.create_task(tls.run(fetch), name="serving tls")
+
+    def _serving_tls(self, client_ca: str | None) -> DynamicServingTLS:
+        """The serving pair: --tls-cert-file's, else --cert-dir's (made there if missing), else one in memory."""
+        opts = self.options
+        cert_file, key_file = opts.tls_cert_file, opts.tls_private_key_file
+        if not (cert_file or key_file) and opts.cert_dir:
+            cert_file, key_file = cert_dir_pair(opts.cert_dir, opts.bind_address)
+        return DynamicServingTLS(cert_file, key_file, opts.bind_address, client_ca,
+                                 tls_policy(opts.tls_min_version, opts.tls_cipher_suites), opts.client_ca_file)
 
     # -- leader election ------------------------------------------------------------------------------
 
@@ -319,6 +337,16 @@ class Manager:
                      after=f"{self._drain_timeout:g}s")
         else:  # a lost lease, or --controller-shutdown-timeout=0: there was no drain to outlast
             log.info("Stopped without a drain, syncs cut short", controller=controller.name, keys=keys)
+
+
+def raise_open_files_limit() -> None:
+    """The soft RLIMIT_NOFILE raised to the hard one, as Go's runtime does at start for KCM: the secure
+    port has no connection cap (nor has Go's), and systemd's soft 1024 would let a thousand idle
+    clients take every descriptor, those to the apiserver included. Where it cannot be raised, as is."""
+    with contextlib.suppress(OSError, ValueError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _cannot_build(cls: type[Controller], err: Exception) -> ManagerError:

@@ -10,6 +10,7 @@ from typing import Protocol
 from pykcm.app import featuregates
 from pykcm.client.protobuf import PROTOBUF
 from pykcm.client.rest import JSON
+from pykcm.serving.authz import misplaced_star
 from pykcm.serving.tlspolicy import tls_policy
 from pykcm.util.durations import go_duration as format_duration  # the inverse of parse_duration, as Go writes it
 
@@ -155,6 +156,10 @@ class Options:
     tls_private_key_file: str | None = None
     tls_min_version: str = ""  # component-base's default: VersionTLS12
     tls_cipher_suites: list[str] = field(default_factory=list)  # Go's names; empty: OpenSSL's default list
+    cert_dir: str = ""  # KCM's default: the self-signed pair is kept in memory
+    client_ca_file: str | None = None  # the only client CA when given (no ConfigMap lookup for it)
+    authentication_skip_lookup: bool = False  # no ConfigMap lookup: without --client-ca-file no client CA
+    authentication_tolerate_lookup_failure: bool = False  # a failed lookup warns instead of stopping the start
     authentication_kubeconfig: str | None = None  # None: the main credentials
     authorization_kubeconfig: str | None = None  # None: the main credentials
     authorization_always_allow_paths: list[str] = field(default_factory=lambda: list(DEFAULT_ALWAYS_ALLOW_PATHS))
@@ -244,7 +249,6 @@ class Options:
                 check()
             except ValueError as err:
                 raise OptionsError(f"{flag}: {err}") from None
-        for path in self.authorization_always_allow_paths:
-            if not path.startswith("/"):
-                raise OptionsError(f"--authorization-always-allow-paths entry {path!r} must start with /")
+        if (pattern := misplaced_star(self.authorization_always_allow_paths)) is not None:
+            raise OptionsError(f"only trailing * allowed in {featuregates.go_quote(pattern)}")  # path.go's words
 

@@ -24,6 +24,7 @@ log = get_logger("server")
 ANONYMOUS_USER = "system:anonymous"
 UNAUTHENTICATED_GROUP = "system:unauthenticated"
 AUTHENTICATED_GROUP = "system:authenticated"
+CREDENTIAL_ID_KEY = "authentication.kubernetes.io/credential-id"  # k8s.io/apiserver's user.CredentialIDKey
 REVIEW_CACHE_TTL = 10.0  # KCM: --authentication-token-webhook-cache-ttl and the authz allow/deny TTLs
 
 
@@ -122,15 +123,28 @@ def bearer_token(header: str) -> str | None:
 
 
 def _certificate_user(request: Request) -> UserInfo | None:
-    """The user of a verified client certificate: CN is the name, each O a group."""
-    cert = request.ssl_object.getpeercert() if request.ssl_object is not None else None
+    """The user of a verified client certificate, as x509.CommonNameUserConversion makes it: CN is the
+    name, each O a group, the subject's UID attribute the uid (AllowParsingUserUIDFromCertAuth, on in
+    KCM), and the certificate's SHA-256 its credential ID; Unauthenticated for a bad UID."""
+    ssl_object = request.ssl_object
+    cert = ssl_object.getpeercert() if ssl_object is not None else None
     if not cert:
         return None  # no certificate, or no client CA configured (then nothing is verified)
-    name, groups = "", []
+    name, groups, uids = "", [], []
     for rdn in cert.get("subject", ()):
         for attr, value in rdn:
             if attr == "commonName":
                 name = value
             elif attr == "organizationName":
                 groups.append(value)
-    return _authenticated(UserInfo(name, groups=tuple(groups))) if name else None
+            elif attr == "userId":  # OID 0.9.2342.19200300.100.1.1
+                uids.append(value)
+    if not name:
+        return None
+    if len(uids) > 1:
+        raise Unauthenticated(f"expected 1 UID, but found multiple: [{' '.join(uids)}]")
+    if uids and not uids[0]:
+        raise Unauthenticated("UID cannot be an empty string")
+    fingerprint = hashlib.sha256(ssl_object.getpeercert(binary_form=True)).hexdigest()
+    extra = {CREDENTIAL_ID_KEY: [f"X509SHA256={fingerprint}"]}
+    return _authenticated(UserInfo(name, uids[0] if uids else "", tuple(groups), extra))

@@ -88,11 +88,23 @@ class DelegatingAuthorizer:
 
 
 def path_allowed(path: str, patterns: Sequence[str]) -> bool:
-    """apiserver's path authorizer: exact match, or prefix match for a pattern ending in `*`."""
+    """apiserver's path authorizer (authorization/path): a leading / is optional on the patterns and
+    the path alike; a pattern matches exactly, or ending in `*` as a prefix (`*` alone: every path)."""
+    path = path.removeprefix("/")
     for pattern in patterns:
+        pattern = pattern.removeprefix("/")
         if pattern.endswith("*"):
             if path.startswith(pattern[:-1]):
                 return True
         elif path == pattern:
             return True
     return False
+
+
+def misplaced_star(patterns: Iterable[str]) -> str | None:
+    """The first pattern (without its leading /) that the path authorizer refuses: a `*` not at its end."""
+    for pattern in patterns:
+        trimmed = pattern.removeprefix("/")
+        if "*" in trimmed[:-1]:
+            return trimmed
+    return None

@@ -37,13 +37,13 @@ full flags configurable<br>
 """
 
 
-def is_debug_flags_path(raw_path: str) -> bool:
-    return raw_path == FLAGS_PATH or raw_path.startswith(FLAGS_PATH + "/")
+def is_debug_flags_path(path: str) -> bool:
+    return path == FLAGS_PATH or path.startswith(FLAGS_PATH + "/")
 
 
 async def serve(request: Request) -> Response:
     """The index for any path under /debug/flags but /debug/flags/v, which takes a PUT only."""
-    if request.raw_path != VERBOSITY_PATH:
+    if request.path != VERBOSITY_PATH:
         return Response(200, _INDEX, {"Content-Type": "text/html; charset=utf-8"})
     if request.method != "PUT":
         return _plain(406, "unsupported http method")

@@ -46,6 +46,7 @@ READ_AHEAD = 64 * 1024  # what is read of pipelined requests while one is handle
 IDLE_TIMEOUT = 90.0  # the apiserver's secure serving: IdleTimeout
 HEAD_TIMEOUT = 32.0  # ... and ReadHeaderTimeout: a request's head must be whole this long after it began
 STOP_GRACE = 5.0  # stop() lets a request being handled finish this long before cutting it off
+ACCEPT_ERROR_EVERY = 5.0  # seconds: at most one line this often says connections are being refused
 _OWN_HEADERS = frozenset({"content-length", "date", "connection", "transfer-encoding"})  # written here only
 _PLAIN = "text/plain; charset=utf-8"
 # Go's tlsRecordHeaderLooksLikeHTTP: a first TLS record header that is a plain-HTTP request's start.
@@ -55,6 +56,7 @@ _HTTP_ON_TLS_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP requ
 
 _reasons: dict[int, str] = {}
 _date: tuple[int, bytes] = (0, b"")
+_accept_error_logged = -ACCEPT_ERROR_EVERY  # when the last such line was written (time.monotonic())
 
 
 def _reason(status: int) -> str:
@@ -143,7 +145,12 @@ class _Accepted(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Peeking takes the socket itself, which a transport keeps; the duplicate keeps the connection open.
-        sock = transport.get_extra_info("socket").dup()
+        try:
+            sock = transport.get_extra_info("socket").dup()
+        except OSError as err:  # EMFILE: no descriptor for the duplicate; the client is dropped
+            transport.abort()
+            _accept_failed(err)
+            return
         transport.abort()
         if self._server._server is None:  # accepted while stopping
             sock.close()
@@ -151,6 +158,16 @@ class _Accepted(asyncio.Protocol):
         task = asyncio.get_running_loop().create_task(self._server._admit(sock))
         self._server._admitting.add(task)
         task.add_done_callback(self._server._admitting.discard)
+
+
+def _accept_failed(err: OSError) -> None:
+    """One line, at most every ACCEPT_ERROR_EVERY seconds, however many connections fail (uvloop
+    would print a traceback for each)."""
+    global _accept_error_logged
+    now = time.monotonic()
+    if now - _accept_error_logged >= ACCEPT_ERROR_EVERY:
+        _accept_error_logged = now
+        log.error(err, "Cannot accept a connection, closed it")
 
 
 async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes:
@@ -313,7 +330,7 @@ class _Connection(asyncio.Protocol):
         self._scanned, self._continued = 0, False
         path, _, query = target.partition("?")
         ssl_object = self._transport.get_extra_info("ssl_object") if self._transport is not None else None
-        return Request(method, path, parse_query(query), headers, version, ssl_object, body), close
+        return Request(method, path, parse_query(query), headers, version, ssl_object, body, target), close
 
     async def _handle(self, request: Request, close: bool) -> None:
         try:

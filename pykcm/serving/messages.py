@@ -31,14 +31,15 @@ class Query(dict[str, list[str]]):
 
 
 class Request:
-    __slots__ = ("body", "headers", "method", "path", "query", "raw_path", "ssl_object", "version")
+    __slots__ = ("body", "headers", "method", "path", "query", "raw_path", "ssl_object", "target", "version")
 
     def __init__(
         self, method: str, raw_path: str, query: Query, headers: Headers, version: str, ssl_object: Any,
-        body: bytes = b"",
+        body: bytes = b"", target: str = "",
     ) -> None:
         self.method, self.raw_path, self.query, self.headers = method, raw_path, query, headers
-        self.path = unquote(raw_path)  # what authorization sees, as the apiserver's filters do
+        self.path = unquote(raw_path)  # what authorization and routing see, as Go's URL.Path
+        self.target = target or raw_path  # the request line's, query included (Go's RequestURI)
         self.version, self.ssl_object = version, ssl_object  # ssl.SSLObject: the client certificate
         self.body = body  # empty where it was not read (chunked, or over MAX_BODY)
 

@@ -16,7 +16,6 @@ import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from urllib.parse import unquote
 
 import orjson
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, REGISTRY, CollectorRegistry, generate_latest
@@ -132,39 +131,39 @@ class SecureServer:
             log.error(err, "Authorization failed", user=user.name, path=request.path)
             # As the apiserver's authorization filter (responsewriters.InternalError, Go's http.Error)
             reason = one_line(err)
-            return _text(500, f"Internal Server Error: {orjson.dumps(request.path).decode()}: {reason}\n")
+            return _text(500, f"Internal Server Error: {orjson.dumps(request.target).decode()}: {reason}\n")
         if not decision.allowed:
             message = f"forbidden: User {orjson.dumps(user.name).decode()} cannot {verb} path "
             message += orjson.dumps(request.path).decode()
             if decision.reason:
                 message += f": {decision.reason}"
             return _status(403, "Forbidden", message)
-        handler = self._route(request.raw_path)
+        handler = self._route(request.path)
         if handler is None:
             return _not_found()
         return await handler(request)  # any method, as KCM's health and metrics handlers answer
 
-    def _route(self, raw_path: str) -> Callable[[Request], Awaitable[Response]] | None:
+    def _route(self, path: str) -> Callable[[Request], Awaitable[Response]] | None:
         """The handler of a path (the metrics, debugging pages, /{endpoint} or /{endpoint}/{check}), matched
-        before percent-decoding (so that /readyz%2Fping is no check of /readyz, as the aiohttp router had it)."""
-        if raw_path == "/metrics":
+        on the percent-decoded path, as KCM's mux matches URL.Path (/%6detrics is /metrics)."""
+        if path == "/metrics":
             return self._metrics
-        if raw_path == "/metrics/slis":
+        if path == "/metrics/slis":
             return self._slis
-        if self.debug_flags and debugflags.is_debug_flags_path(raw_path):
+        if self.debug_flags and debugflags.is_debug_flags_path(path):
             return debugflags.serve
         component = self.component
-        if component is not None and raw_path in (zpages.STATUSZ_PATH, zpages.FLAGZ_PATH):
-            served = component.statusz if raw_path == zpages.STATUSZ_PATH else component.flagz
+        if component is not None and path in (zpages.STATUSZ_PATH, zpages.FLAGZ_PATH):
+            served = component.statusz if path == zpages.STATUSZ_PATH else component.flagz
             return (lambda request: _zpage(component, request)) if served else None
-        if component is not None and component.config is not None and raw_path == zpages.CONFIGZ_PATH:
+        if component is not None and component.config is not None and path == zpages.CONFIGZ_PATH:
             return lambda request: _configz(component)
-        _, endpoint, *rest = raw_path.split("/")
+        _, endpoint, *rest = path.split("/")
         if endpoint not in HEALTH_ENDPOINTS or len(rest) > 1 or (rest and not rest[0]):
             return None
         if not rest:
             return lambda request: self._health(endpoint, request)
-        return lambda request: self._single_check(endpoint, unquote(rest[0]))
+        return lambda request: self._single_check(endpoint, rest[0])
 
     async def _health(self, endpoint: str, request: Request) -> Response:
         checks = checks_for(endpoint, self.health_checks())
@@ -196,7 +195,7 @@ _PLAIN = "text/plain; charset=utf-8"
 async def _zpage(component: zpages.Component, request: Request) -> Response:
     accept = request.headers.get("Accept", "")
     pretty = zpages.pretty_requested(request.headers.get("User-Agent", ""), request.query)
-    respond = zpages.statusz_response if request.raw_path == zpages.STATUSZ_PATH else zpages.flagz_response
+    respond = zpages.statusz_response if request.path == zpages.STATUSZ_PATH else zpages.flagz_response
     status, headers, body = respond(component, accept, pretty=pretty)
     return Response(status, body, headers)
 

@@ -49,6 +49,10 @@ OPENSSL_SUITES = {
     "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
 }
 
+# Go's default suites that OpenSSL's default list (Python's) leaves out: ECDHE with AES-CBC and SHA-1.
+GO_DEFAULT_CBC_SUITES = ("ECDHE-ECDSA-AES128-SHA", "ECDHE-RSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA",
+                         "ECDHE-RSA-AES256-SHA")
+
 
 @dataclass(frozen=True)
 class TLSPolicy:
@@ -58,12 +62,18 @@ class TLSPolicy:
 
     def apply(self, ctx: ssl.SSLContext) -> None:
         ctx.minimum_version = self.min_version
+        # OpenSSL 3 refuses TLS 1.0 and 1.1 below security level 0 (SHA-1 signatures): asked for, as Go serves them.
+        legacy = self.min_version < ssl.TLSVersion.TLSv1_2
+        level = ":@SECLEVEL=0" if legacy else ""
         if not self.limited:
+            if legacy:  # the default list, and the CBC suites Go offers by default, which TLS 1.0/1.1 need
+                names = [c["name"] for c in ctx.get_ciphers() if c["protocol"] != "TLSv1.3"]
+                ctx.set_ciphers(":".join(dict.fromkeys([*names, *GO_DEFAULT_CBC_SUITES])) + level)
             return
         offered = [s for s in self.suites if s in _openssl_suites()]
         if offered:
             try:
-                ctx.set_ciphers(":".join(offered))
+                ctx.set_ciphers(":".join(offered) + level)
                 return
             except ssl.SSLError:  # none allowed at OpenSSL's security level
                 pass

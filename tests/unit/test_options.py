@@ -147,7 +147,6 @@ def test_defaults_are_kcm_defaults() -> None:
         ({"secure_port": -1}, "--secure-port"),
         ({"bind_address": "localhost"}, "--bind-address"),
         ({"tls_cert_file": "/tmp/cert.pem"}, "together"),
-        ({"authorization_always_allow_paths": ["healthz"]}, "must start with /"),
         ({"kube_api_content_type": "application/yaml"}, "--kube-api-content-type must be application/json or"),
     ],
 )
@@ -292,7 +291,7 @@ def test_bad_tls_names_are_usage_errors(argv: list[str], message: str, capsys: p
         (["run", "--allocate-node-cidrs="],
          'invalid argument "" for "--allocate-node-cidrs" flag: strconv.ParseBool: parsing "": invalid syntax'),
         (["run", "--controllers=namespace", "--vmodule"], "flag needs an argument: --vmodule"),
-        (["run", "--cert-dir"], "flag needs an argument: --cert-dir"),
+        (["run", "--root-ca-file"], "flag needs an argument: --root-ca-file"),
         (["run", "--tls-curve-preferences"], "flag needs an argument: --tls-curve-preferences"),
     ],
 )
@@ -306,9 +305,9 @@ def test_ignored_kcm_flags_are_refused_where_kcm_refuses_their_syntax(
 
 def test_ignored_kcm_flags_take_what_pflag_takes() -> None:
     kept, found = kcmflags.split_kcm_flags(
-        ["run", "--enable-garbage-collector=F", "--vmodule", "--", "--allocate-node-cidrs", "--cert-dir="])
+        ["run", "--enable-garbage-collector=F", "--vmodule", "--", "--allocate-node-cidrs", "--root-ca-file="])
     assert kept == ["run"]  # `--vmodule --`: pflag takes the next word as the value, whatever it is
-    assert found.ignored == ["--enable-garbage-collector", "--vmodule", "--allocate-node-cidrs", "--cert-dir"]
+    assert found.ignored == ["--enable-garbage-collector", "--vmodule", "--allocate-node-cidrs", "--root-ca-file"]
 
 
 @pytest.mark.parametrize(
@@ -369,3 +368,34 @@ def test_local_serves_on_loopback_and_flagz_says_so(monkeypatch: pytest.MonkeyPa
                         lambda options, *_: seen.append((options.bind_address, options.flagz["bind-address"])))
     assert cli.main(["run", "--local", *argv]) == 0
     assert seen == [(address, address)]
+
+
+def test_kcms_client_ca_and_cert_dir_flags_are_options_not_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[Options] = []
+    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
+    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+    argv = ["run", "--client-ca-file=/etc/ca.crt", "--authentication-skip-lookup",
+            "--authentication-tolerate-lookup-failure=true", "--cert-dir", "/var/run/kcm"]
+    assert kcmflags.split_kcm_flags(argv)[1].ignored == []
+    assert cli.main(argv) == 0
+    opts = runs[0]
+    assert (opts.client_ca_file, opts.authentication_skip_lookup, opts.authentication_tolerate_lookup_failure,
+            opts.cert_dir) == ("/etc/ca.crt", True, True, "/var/run/kcm")
+    assert cli.main(["run", "--authentication-skip-lookup=false"]) == 0
+    assert runs[1].authentication_skip_lookup is False
+
+
+@pytest.mark.parametrize("paths", ["healthz,metrics", "*", "/debug/*,", ""])
+def test_always_allow_paths_as_kcms_path_authorizer_takes_them(paths: str) -> None:
+    dataclasses.replace(Options(), authorization_always_allow_paths=paths.split(",")).validate()
+
+
+@pytest.mark.parametrize(("paths", "bad"), [(["/foo*bar"], "foo*bar"), (["/ok", "**"], "**")])
+def test_a_star_not_at_the_end_is_refused_in_path_gos_words(paths: list[str], bad: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(OptionsError) as err:
+        dataclasses.replace(Options(), authorization_always_allow_paths=paths).validate()
+    assert str(err.value) == f'only trailing * allowed in "{bad}"'
+    assert cli.main(["run", f"--authorization-always-allow-paths={','.join(paths)}"]) == 2
+    hint = "(see 'pykcm run --help')"
+    assert capsys.readouterr().err.strip() == f'pykcm: error: only trailing * allowed in "{bad}" {hint}'

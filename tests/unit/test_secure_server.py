@@ -52,11 +52,15 @@ async def test_the_secure_port_authorizes_before_it_routes() -> None:
 async def test_the_secure_port_routes_what_it_serves() -> None:
     server = await secure_server(["/*"])
     try:
-        for path in ("/nope", "/healthz/", "/healthz/nope", "/readyz%2Fping", "/healthz/ping/x", "/metrics/"):
+        for path in ("/nope", "/healthz/", "/healthz/nope", "/healthz/ping/x", "/metrics/", "/healthz%2Fping%2Fx"):
             status, headers, body, _ = await exchange(server.port, get(path, "Connection: close"))
             assert (status, body) == ("HTTP/1.1 404 Not Found", b"404 page not found\n"), path
             assert headers["cache-control"] == "no-cache, private"
         assert (await exchange(server.port, get("/readyz/ping", "Connection: close")))[2] == b"ok"
+        # Matched once percent-decoded, as KCM's mux matches URL.Path.
+        assert (await exchange(server.port, get("/readyz%2Fping", "Connection: close")))[2] == b"ok"
+        status, headers, _, _ = await exchange(server.port, get("/%6detrics", "Connection: close"))
+        assert status == "HTTP/1.1 200 OK" and headers["content-type"] == metrics_content_type("")
         status, _, body, _ = await exchange(server.port, get("/livez?verbose&exclude=ping", "Connection: close"))
         assert body == b"[+]ping excluded: ok\nlivez check passed\n"
         reader, writer = await connect(server.port)
