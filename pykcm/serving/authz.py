@@ -4,6 +4,7 @@ SubjectAccessReview is counted as KCM counts them (pykcm.serving.metrics)."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -74,7 +75,9 @@ class DelegatingAuthorizer:
             "extra": user.extra,
             "nonResourceAttributes": {"path": path, "verb": verb},
         }
-        key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+        # Keyed by a digest, as the token cache: a path may be 1 MiB, and 4096 of those would stay
+        # cached (Go's webhook keys by the whole spec, with 8192 entries and no memory limit).
+        key = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).digest()
         return await self._cache.get_or_load(key, lambda: self._subject_access_review(spec))
 
     async def _subject_access_review(self, spec: dict[str, Any]) -> Decision:

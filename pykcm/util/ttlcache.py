@@ -32,10 +32,16 @@ class TTLCache(Generic[K, V]):
         return entry[1]
 
     def put(self, key: K, value: V) -> None:
+        now = self._clock()
         self._entries.pop(key, None)
-        if len(self._entries) >= self.size:
-            self._entries.pop(next(iter(self._entries)))
-        self._entries[key] = (self._clock() + self.ttl, value)
+        # One TTL for all, so the oldest come first: the expired go (not only when read again), then
+        # the oldest if still full.
+        while self._entries:
+            oldest = next(iter(self._entries))
+            if self._entries[oldest][0] > now and len(self._entries) < self.size:
+                break
+            del self._entries[oldest]
+        self._entries[key] = (now + self.ttl, value)
 
     async def get_or_load(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
         """The cached value, else what `load()` gives, cached. Callers asking for a key while it loads

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pykcm.controller.progress import NO_PROGRESS_AFTER, STUCK_SYNC_AFTER, stuck_reason
-from pykcm.serving.authn import DelegatingAuthenticator, bearer_token
+from pykcm.serving.authn import DelegatingAuthenticator, UserInfo, bearer_token
 from pykcm.serving.authz import DelegatingAuthorizer, path_allowed
 from pykcm.serving.healthz import HealthCheck, checks_for, controller_checks, evaluate
 from pykcm.serving.messages import Headers, Query, Request
@@ -138,6 +138,27 @@ def test_ttl_cache_expires_and_stays_bounded() -> None:
     assert cache.get("a") is None and cache.get("b") == 2
     now[0] = 10.0
     assert cache.get("b") is None and cache.get("c", "missing") == "missing"
+
+
+def test_ttl_cache_drops_expired_entries_as_new_ones_come() -> None:
+    """Not only when read again: an answer for a key never asked for again would stay until 4096
+    newer ones pushed it out."""
+    now = [0.0]
+    cache: TTLCache[str, int] = TTLCache(10.0, clock=lambda: now[0])
+    cache.put("a", 1)
+    now[0] = 5.0
+    cache.put("b", 2)
+    now[0] = 12.0
+    cache.put("c", 3)
+    assert list(cache._entries) == ["b", "c"]
+
+
+async def test_a_long_path_is_not_kept_in_the_review_cache() -> None:
+    apiserver = SlowApiserver()
+    authz = DelegatingAuthorizer(apiserver, ["/healthz"])  # type: ignore[arg-type]
+    user = UserInfo("system:anonymous", groups=("system:unauthenticated",))
+    assert (await authz.authorize(user, "get", "/" + "x" * (1 << 20))).allowed
+    assert [len(key) for key in authz._cache._entries] == [32]  # a digest of the review, not the review
 
 
 async def test_callers_of_a_key_being_loaded_share_the_load_and_its_failure() -> None:
