@@ -7,7 +7,7 @@ else: the worker loop, retries with backoff, metrics, shutdown, and the lines it
 
 What a cache holds (pykcm/informers/projection.py): a controller may say which fields of each
 object it reads, `informers.informer(PODS, fields={...})`; the shared informer then keeps only
-the union of what its controllers asked for, so 50,000 pods cost a few MiB instead of hundreds.
+the union of what its controllers asked for, so 50,000 pods cost about 150 MiB, not gigabytes.
 Asking without `fields` means whole objects (managedFields aside), and one such controller gives
 every sharer whole objects: a plugin is never handed less than it asked for. A projection must
 name every field the controller reads, including through helpers (`podutil.POD_FIELDS` lists

@@ -94,7 +94,9 @@ class SharedInformer:
             return cached
         if type(obj) is Projected:  # decoded into the projection already (client/protobuf.py)
             return obj
-        return strip_managed_fields(obj) if self.projection is None else project(obj, self.projection)
+        # managedFields never: a projection keeping `metadata` whole would keep them (the protobuf one cannot)
+        obj = strip_managed_fields(obj)
+        return obj if self.projection is None else project(obj, self.projection)
 
     def add_event_handler(
         self,

@@ -58,6 +58,13 @@ def test_shared_informer_keeps_the_union_and_a_full_request_wins():
     assert full["spec"]["containers"] and "managedFields" not in full["metadata"]
 
 
+def test_a_projection_keeping_metadata_whole_leaves_out_managed_fields_as_whole_objects_do():
+    factory = SharedInformerFactory(client=None)  # type: ignore[arg-type]
+    informer = factory.informer(PODS, fields={"metadata": True})  # a plugin's
+    kept = informer._transform({**POD, "metadata": dict(POD["metadata"])})
+    assert kept["metadata"]["labels"] == {"app": "web"} and "managedFields" not in kept["metadata"]
+
+
 def test_an_informer_that_runs_refuses_to_keep_more_fields():
     factory = SharedInformerFactory(client=None)  # type: ignore[arg-type]
     informer = factory.informer(PODS, fields={"metadata": {"name": True}})
