@@ -57,7 +57,7 @@ ENV PATH=/opt/pykcm/bin:$PATH \
 COPY --from=build /opt/pykcm /opt/pykcm
 # 65532 is the conventional "nonroot" UID; numeric so runAsNonRoot can verify it.
 USER 65532:65532
-# deploy/ serves on 10357 (--secure-port), beside KCM's 10257 on the host network.
-EXPOSE 10357
+# --secure-port's default, as KCM's; deploy/ passes 10357, beside KCM's 10257 on the host network.
+EXPOSE 10257
 ENTRYPOINT ["pykcm"]
 CMD ["run"]

@@ -212,6 +212,7 @@ def _run_manager(options: Options, classes: list, watch: ControlPlane | None = N
     from pykcm.app.manager import Manager
     from pykcm.client.config import load_config
 
+    eventloop.exit_on_sigterm()
     config = load_config(options.kubeconfig, options.master)
     eventloop.run(_serve(Manager(options, config, classes), watch), options.uvloop)
 

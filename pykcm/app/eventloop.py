@@ -9,6 +9,8 @@ or with --no-uvloop, asyncio's own loop runs everything unchanged.
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -37,3 +39,15 @@ def run(main: Coroutine[Any, Any, T], use_uvloop: bool) -> T:
 def implementation(loop: asyncio.AbstractEventLoop) -> str:
     """For the start-up log: "uvloop" or "asyncio"."""
     return type(loop).__module__.split(".")[0]
+
+
+def exit_on_sigterm() -> None:
+    """Until the loop's own handlers are installed (the start: the kubeconfig, an exec plugin), SIGTERM
+    ends the process at once. Its default action would, except in a container's PID 1, which the kernel
+    shields from any signal it has no handler for: a pod deleted as it started would run on, lead, and
+    be killed at the end of its grace period without releasing the Lease."""
+    signal.signal(signal.SIGTERM, _exit)
+
+
+def _exit(signum: int, _frame: object) -> None:
+    sys.exit(128 + signum)

@@ -91,8 +91,8 @@ def test_workload_is_hardened_and_probed(kubectl):
     assert spec["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": CONTROL_PLANE_LABEL, "operator": "Exists"}]}]}}}
     assert spec["tolerations"] == [{"operator": "Exists"}]
-    assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
-    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["hostNetwork"] is True and "dnsPolicy" not in spec  # the node's resolver, not CoreDNS
+    assert spec["priorityClassName"] == "system-node-critical"
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert container["securityContext"] == {
