@@ -48,6 +48,7 @@ from pykcm.controller.podutil import (
 from pykcm.controller.selectors import Selector, SelectorError, selector_from_label_selector
 from pykcm.informers.projection import union
 from pykcm.informers.store import DeletedFinalStateUnknown, Obj, object_key, unwrap_tombstone
+from pykcm.util.apitime import go_string
 
 from .metrics import stale_sync_skips
 from .scaling import pods_to_delete, slow_start_batch
@@ -352,7 +353,7 @@ class ReplicaSetController(Controller):
                 raise ValueError(f"can't recheck DeletionTimestamp: {err}") from err
             deleted_at = fresh["metadata"].get("deletionTimestamp")
             if deleted_at is not None:
-                raise ValueError(f"{meta['namespace']}/{meta['name']} has just been deleted at {deleted_at}")
+                raise ValueError(f"{meta['namespace']}/{meta['name']} has just been deleted at {go_string(deleted_at)}")
 
         manager = PodControllerRefManager(rs, selector, API_VERSION, KIND, self.pod_control.patch_pod, can_adopt)
         claimed, error = await manager.claim_pods(pods)

@@ -29,6 +29,14 @@ def format_time(seconds: float) -> str:
     return f"{year_text}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}Z"
 
 
+def go_string(value: str) -> str:
+    """An API timestamp as Go's %v prints a metav1.Time in an error ("2026-11-27 11:20:00 +0000 UTC");
+    as it is when it is no second-precision UTC timestamp."""
+    if len(value) < 20 or value[-1] != "Z" or value[-10] != "T":
+        return value
+    return f"{value[:-10]} {value[-9:-1]} +0000 UTC"
+
+
 def _civil_from_days(days: int) -> tuple[int, int, int]:
     """The proleptic Gregorian (year, month, day) `days` after 1970-01-01, in whole-number
     arithmetic for any year (Howard Hinnant's days-to-civil, in 400-year eras from 0000-03-01)."""

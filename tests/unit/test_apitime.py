@@ -2,7 +2,7 @@
 
 import pytest
 
-from pykcm.util.apitime import format_time, parse_time
+from pykcm.util.apitime import format_time, go_string, parse_time
 
 
 @pytest.mark.parametrize(
@@ -32,3 +32,10 @@ def test_years_outside_1_to_9999_as_go_writes_them(seconds: int, text: str) -> N
 
 def test_absent_or_unparseable_is_none() -> None:
     assert parse_time(None) is None and parse_time("") is None and parse_time("yesterday") is None
+
+
+def test_as_go_prints_a_time_in_an_error() -> None:
+    """KCM's "has just been deleted at %v": time.Time's String(), not the API's form."""
+    assert go_string("2026-11-27T11:20:00Z") == "2026-11-27 11:20:00 +0000 UTC"
+    assert go_string("-0001-12-31T23:00:00Z") == "-0001-12-31 23:00:00 +0000 UTC"
+    assert go_string("soon") == "soon"
