@@ -18,6 +18,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pykcm.client.errors import ApiError, NotFound, TransportError
 from pykcm.client.resources import CONFIGMAPS
 from pykcm.client.rest import RestClient
+from pykcm.util.certificates import certificate_builder
 from pykcm.util.errors import os_error_message
 from pykcm.util.log import get_logger, one_line
 
@@ -44,7 +45,7 @@ def self_signed_certificate(bind_address: str) -> tuple[bytes, bytes]:
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{SELF_SIGNED_HOST}-ca@{int(now.timestamp())}")])
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
     ca = (
-        _template(ca_name, ca_name, ca_key.public_key(), valid_from)
+        certificate_builder(ca_name, ca_name, ca_key.public_key(), valid_from, CERT_VALIDITY)
         .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=True,
                                      data_encipherment=False, key_agreement=False, key_cert_sign=True,
                                      crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
@@ -60,7 +61,7 @@ def self_signed_certificate(bind_address: str) -> tuple[bytes, bytes]:
     sans = [x509.DNSName(SELF_SIGNED_HOST), *(x509.IPAddress(ip) for ip in ips)]
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{SELF_SIGNED_HOST}@{int(now.timestamp())}")])
     cert = (
-        _template(name, ca_name, key.public_key(), valid_from)
+        certificate_builder(name, ca_name, key.public_key(), valid_from, CERT_VALIDITY)
         .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=True,
                                      data_encipherment=False, key_agreement=False, key_cert_sign=False,
                                      crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
@@ -75,19 +76,6 @@ def self_signed_certificate(bind_address: str) -> tuple[bytes, bytes]:
     )
     pem = serialization.Encoding.PEM
     return cert.public_bytes(pem) + ca.public_bytes(pem), key_pem
-
-
-def _template(subject: x509.Name, issuer: x509.Name, public_key: rsa.RSAPublicKey,
-              valid_from: datetime.datetime) -> x509.CertificateBuilder:
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(valid_from)
-        .not_valid_after(valid_from + CERT_VALIDITY)
-    )
 
 
 def cert_dir_pair(cert_dir: str, bind_address: str) -> tuple[str, str]:

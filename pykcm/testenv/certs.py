@@ -17,6 +17,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from pykcm.util.certificates import certificate_builder
+
 APISERVER_DNS_NAMES = (
     "localhost",
     "kubernetes",
@@ -134,17 +136,9 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
 
 
 def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+    backdated = datetime.timedelta(hours=1)  # so a clock that is a little behind still accepts the certs
     now = datetime.datetime.now(datetime.UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        # Backdated so a clock that is a little behind still accepts the certs.
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + VALIDITY)
-    )
+    return certificate_builder(subject, issuer, public_key, now - backdated, VALIDITY + backdated)
 
 
 def _ca_cert(key: _Key) -> x509.Certificate:
