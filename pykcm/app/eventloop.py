@@ -45,8 +45,10 @@ def exit_on_sigterm() -> None:
     """Until the loop's own handlers are installed (the start: the kubeconfig, an exec plugin), SIGTERM
     ends the process at once. Its default action would, except in a container's PID 1, which the kernel
     shields from any signal it has no handler for: a pod deleted as it started would run on, lead, and
-    be killed at the end of its grace period without releasing the Lease."""
-    signal.signal(signal.SIGTERM, _exit)
+    be killed at the end of its grace period without releasing the Lease. A handler already there
+    (`--local`'s, which stops its cluster and says so) stays."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit)
 
 
 def _exit(signum: int, _frame: object) -> None:

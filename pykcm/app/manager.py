@@ -31,6 +31,7 @@ from pykcm.client.config import ClientConfig, load_config
 from pykcm.client.errors import ApiError, TransportError
 from pykcm.client.events import EventRecorder
 from pykcm.client.fence import WriteFence
+from pykcm.client.kubeconfig import in_cluster
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, ControllerContext
 from pykcm.informers.factory import SharedInformerFactory
@@ -146,9 +147,11 @@ class Manager:
         try:
             client_ca = None
             if lookup:
-                # A failure is fatal as in KCM only with --authentication-kubeconfig: with the main
-                # credentials (pykcm's default; KCM out of cluster looks nothing up) it is a warning.
-                tolerate = opts.authentication_tolerate_lookup_failure or not opts.authentication_kubeconfig
+                # Fatal as in KCM where it has a delegated client: --authentication-kubeconfig, or in a
+                # pod its service account. Out of a pod without one KCM looks nothing up, and pykcm
+                # (asking with its main credentials) only warns.
+                delegated = bool(opts.authentication_kubeconfig) or in_cluster() is not None
+                tolerate = opts.authentication_tolerate_lookup_failure or not delegated
                 client_ca = await lookup_client_ca(authn_client, tolerate)
             tls = await asyncio.to_thread(self._serving_tls, client_ca)  # RSA keys and files: off the loop
             server = SecureServer(

@@ -150,6 +150,7 @@ class ConnectionPool:
                     await conn.wait()
             except BaseException as err:
                 conn.close()
+                conn.drop_error()  # raised here, to the caller
                 if (isinstance(err, ServerDisconnected) and conn.reused and not conn.received
                         and method in REPLAYABLE and not fresh):
                     fresh = True
@@ -264,3 +265,4 @@ class Stream:
         if not self._closed:
             self._closed = True
             self._pool.release(self._conn)
+            self._conn.drop_error()  # the reader's to have seen: it is done with the stream

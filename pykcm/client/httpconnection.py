@@ -14,14 +14,15 @@ import contextlib
 import re
 import socket
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from pykcm.client.fence import WriteFence
 
-# A response's status line and headers, however they arrive: 1 MiB, far above any apiserver's (it
-# cuts warnings at 4 KB), and the limit pykcm's server and Go's put on a request's. Go's client
-# allows 10 MB, which a broken proxy could make each of 256 connections hold.
-MAX_HEAD = 1 << 20
+# A response's status line and headers, however they arrive: far above any apiserver's (it cuts
+# warnings at 4 KB). Go's client allows 10 MB; a head arriving in pieces is joined and searched
+# again at each, so a limit that size would let a broken proxy cost seconds of CPU a connection.
+MAX_HEAD = 64 * 1024
 PAUSE_ABOVE = 4 << 20  # a streamed body stops reading from the socket with this much unconsumed
 # A request larger than this is handed to the transport in pieces until it is full (pause_writing),
 # in the fenced step as one write would, so what it has not sent is ours or in its count (reusable).
@@ -45,6 +46,7 @@ class HTTPError(Exception):
     the request's head (nothing sent)."""
 
     status = 0  # the response's when its head had arrived: the error came while reading the body
+    headers: Mapping[str, str] = MappingProxyType({})  # and its headers
 
 
 class ServerDisconnected(HTTPError):
@@ -167,10 +169,12 @@ class HTTPConnection(asyncio.Protocol):
             self.transport.abort()  # a half-done exchange is not worth flushing
         self._on_close(self)
         self._cancel_timers()  # armed, they would keep a dead connection up to a minute
-        if self._waiter is None:
-            # Raised to the caller already: its traceback holds this connection's frames, so keeping it
-            # would make a cycle that only the collector frees, and never once frozen (util/memory.py).
-            self.error = None
+
+    def drop_error(self) -> None:
+        """For the owner that has raised the error and drops the connection: its traceback holds this
+        connection's frames, a cycle only the collector frees, and never once frozen (util/memory.py).
+        Not in close(): a stream's reader may not have seen it yet."""
+        self.error = None
 
     def _cancel_timers(self) -> None:
         for timer in (self._total_timer, self._read_timer):
@@ -387,8 +391,8 @@ class HTTPConnection(asyncio.Protocol):
     def _fail(self, error: BaseException) -> None:
         if self.error is None:  # the first cause, not the disconnection it led to
             self.error = error
-            if isinstance(error, HTTPError):  # the status once the head was whole and good, else 0:
-                error.status = self.status  # retry.py tells a broken body from a broken exchange
+            if isinstance(error, HTTPError):  # the head once it was whole and good (status 0 before):
+                error.status, error.headers = self.status, self.headers  # retry.py decides from it
         self.keep_alive = False
         self._wake()
 

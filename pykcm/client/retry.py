@@ -48,8 +48,11 @@ def after_response(attempt: int, status: int, headers: Mapping[str, str]) -> Ret
 
 def after_error(attempt: int, method: str, err: BaseException, message: str, timeouts: bool = False) -> Retry | None:
     """Attempt `attempt` failed with `err`: a GET whose connection broke before the response's head
-    is retried (with `timeouts`, a watch's, also one that timed out, as client-go's Watch does)."""
-    retryable = (is_broken_connection(err) and not head_status(err)) or (timeouts and isinstance(err, TimeoutError))
+    is retried (with `timeouts`, a watch's, also one that timed out, as client-go's Watch does).
+    After the head, its status and Retry-After decide, as client-go decides before reading the body."""
+    if status := head_status(err):
+        return after_response(attempt, status, err.headers if isinstance(err, HTTPError) else {})
+    retryable = is_broken_connection(err) or (timeouts and isinstance(err, TimeoutError))
     if attempt > MAX_RETRIES or method != "GET" or not retryable:
         return None
     wait = BROKEN_CONNECTION_WAIT

@@ -96,6 +96,7 @@ class HTTPServer:
         factory: Callable[[HTTPServer], asyncio.Protocol] = _Accepted if ssl_context is not None else _Connection
         # Every interface (0.0.0.0, ::, ""): both IP families on one socket, as KCM listens.
         self._server = await create_server(loop, lambda: factory(self), host, port)
+        _quiet_failed_accepts(loop)
         self.sockname: tuple[str, int] = self._server.sockets[0].getsockname()[:2]  # ("::", 10257)
         return int(self.sockname[1])
 
@@ -158,6 +159,29 @@ class _Accepted(asyncio.Protocol):
         task = asyncio.get_running_loop().create_task(self._server._admit(sock))
         self._server._admitting.add(task)
         task.add_done_callback(self._server._admitting.discard)
+
+
+_ACCEPT_OUT_OF_RESOURCES = "socket.accept() out of system resource"  # asyncio's words; uvloop drops such silently
+
+
+def _quiet_failed_accepts(loop: asyncio.AbstractEventLoop) -> None:
+    """asyncio's own loop reports an accept() that failed for lack of descriptors to the loop's
+    exception handler, a traceback every second while it lasts: one rate-limited line instead."""
+    previous = loop.get_exception_handler()
+    if getattr(previous, "quiets_failed_accepts", False):
+        return
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        err = context.get("exception")
+        if context.get("message") == _ACCEPT_OUT_OF_RESOURCES and isinstance(err, OSError):
+            _accept_failed(err)
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    handle.quiets_failed_accepts = True  # type: ignore[attr-defined]
+    loop.set_exception_handler(handle)
 
 
 def _accept_failed(err: OSError) -> None:

@@ -17,7 +17,7 @@ from pykcm.app import eventloop
 from pykcm.client import retry
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import TransportError
-from pykcm.client.http import ConnectionPool
+from pykcm.client.http import ConnectionPool, Timeout
 from pykcm.client.httpconnection import MAX_HEAD, HTTPError
 from pykcm.client.rest import RestClient
 from tests.unit.test_fence import LOOPS, tls_contexts
@@ -240,3 +240,39 @@ async def test_a_repeated_single_valued_header_is_read_as_its_first_value() -> N
     assert headers["x-list"] == "a, b"  # list-valued headers are still joined
     assert retry.after_response(1, status, headers) == retry.Retry(
         1, 'retries: 1, retry-after: 1s - retry-reason: due to server-side throttling, FlowSchema UID: "f-1"')
+
+
+# -- a stream's error -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("then", "error"), [
+    (b"zz\r\n", "bad chunk size"),  # a parse error: the first cause, not the close it leads to
+    (b"", "server closed the connection before the response was complete"),  # cut, then the read timer fires
+])
+async def test_a_streams_reader_away_when_it_broke_still_gets_its_error(then: bytes, error: str) -> None:
+    """The reader is busy with what it has (a watch's burst) while the stream breaks and the
+    connection is closed: its next read raises the first cause, it does not wait for ever."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.1)  # the reader has the head and the first chunk
+        if not then:
+            writer.close()
+            return
+        writer.write(then)
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    async with raw_server(handle) as url:
+        pool = ConnectionPool(url, None, limit=1)
+        try:
+            stream = await pool.stream("GET", "/watch", {}, Timeout(connect=5, read=0.3))
+            assert await stream.next_chunk() == b"hello"
+            await asyncio.sleep(0.6)  # away: the break and the read timeout both pass meanwhile
+            with pytest.raises(HTTPError, match=error):
+                await asyncio.wait_for(stream.next_chunk(), 2)
+            stream.close()
+        finally:
+            await pool.close()

@@ -180,6 +180,21 @@ async def test_a_get_whose_body_was_cut_after_its_head_fails_at_once_counted_as_
     assert retries(url, "200") == retries(url, "<error>") == 0
 
 
+async def test_a_throttled_answer_whose_body_was_cut_is_sent_again_after_its_retry_after() -> None:
+    """client-go decides from the head before it reads the body: a 429 with Retry-After is retried,
+    a write too, even when its body breaks off."""
+    arrivals: list[float] = []
+    throttled = (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100\r\n\r\n{")
+    async with raw_server(cut_first(arrivals, throttled, ok(b'{"ok": true}'))) as url:
+        api = client(url)
+        try:
+            assert await api.request("POST", "/a", body={}) == {"ok": True}
+        finally:
+            await api.close()
+    assert len(arrivals) == 2 and arrivals[1] - arrivals[0] >= 0.95
+
+
 def test_the_reasons_are_client_gos() -> None:
     throttled = retry.after_response(1, 429, {"retry-after": "2", "x-kubernetes-pf-flowschema-uid": "f-1"})
     assert throttled == retry.Retry(

@@ -18,6 +18,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from pykcm.app import manager as manager_module
 from pykcm.app.manager import Manager, ManagerError
 from pykcm.app.options import Options
 from pykcm.client.config import ClientConfig
@@ -208,6 +209,18 @@ async def test_a_tolerated_failure_or_a_missing_configmap_only_warns(
             await mgr._start_server()
         assert mgr.server is not None
         assert any("Client certificates will not be accepted" in r.getMessage() for r in caplog.records)
+    finally:
+        await stop(mgr)
+
+
+async def test_in_a_pod_a_failed_lookup_stops_the_start_without_an_authentication_kubeconfig(monkeypatch) -> None:
+    # KCM's delegated client is then the pod's service account (InClusterConfig): its failure is fatal.
+    lookups(monkeypatch, Forbidden(403, "Forbidden", FORBIDDEN))
+    monkeypatch.setattr(manager_module, "in_cluster", lambda: object())
+    mgr = manager()
+    try:
+        with pytest.raises(ManagerError, match="unable to load configmap based request-header-client-ca-file"):
+            await mgr._start_server()
     finally:
         await stop(mgr)
 
