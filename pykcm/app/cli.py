@@ -95,7 +95,7 @@ def run(
     concurrent_namespace_syncs: Annotated[int, typer.Option(help="Namespace objects allowed to sync concurrently.")] = _defaults.concurrent_namespace_syncs,
     namespace_sync_period: Annotated[str, typer.Option(help="Period for re-checking terminating namespaces.")] = format_duration(_defaults.namespace_sync_period),
     kube_api_qps: Annotated[float, typer.Option(help="QPS to use while talking with the Kubernetes API server; 0 is client-go's default (5), negative turns client-side limiting off.")] = _defaults.kube_api_qps,
-    kube_api_burst: Annotated[int, typer.Option(help="Burst to use while talking with the Kubernetes API server; 0 is client-go's default (10).")] = _defaults.kube_api_burst,
+    kube_api_burst: Annotated[int, typer.Option(help="Burst to use while talking with the Kubernetes API server; 0, with --kube-api-qps=0 only, is client-go's default (10).")] = _defaults.kube_api_burst,
     kube_api_content_type: Annotated[str, typer.Option(help="Content type of requests sent to the API server: application/vnd.kubernetes.protobuf reads the pods watch as protobuf (every other request stays JSON), application/json reads everything as JSON.")] = _defaults.kube_api_content_type,
     controller_shutdown_timeout: Annotated[str, typer.Option(help="On SIGTERM, how long syncs already running may finish (no new one starts) before the Lease is released; KCM's default is 10s.")] = format_duration(_defaults.controller_shutdown_timeout),
     min_resync_period: Annotated[str, typer.Option(help="Resync period of informers: random between this and twice this.")] = format_duration(_defaults.min_resync_period),

@@ -44,6 +44,7 @@ from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import LISTED_PATHS, SecureServer
 from pykcm.serving.tlspolicy import tls_policy
 from pykcm.util import memory
+from pykcm.util.hostport import redacted
 from pykcm.util.log import get_logger, one_line
 from pykcm.util.process import process_start_time
 
@@ -95,7 +96,8 @@ class Manager:
         loop_watch = BlockedLoopWatch(self.heartbeat)
         loop_watch.start()
         try:
-            await self._wait_for_apiserver()
+            if not await self._wait_for_apiserver(stop):
+                return  # stopped while waiting: nothing started yet
             await self._start_server()
             if self.options.leader_elect:
                 await self._run_leader_elected(stop)
@@ -112,17 +114,22 @@ class Manager:
             for client in (*self._extra_clients, self.client):
                 await client.close()
 
-    async def _wait_for_apiserver(self) -> None:
+    async def _wait_for_apiserver(self, stop: asyncio.Event) -> bool:
+        """Until the apiserver answers /healthz (True), or a signal asks to stop meanwhile (False)."""
         deadline = time.monotonic() + APISERVER_HEALTH_TIMEOUT
         last_error = ""
         while time.monotonic() < deadline:
             try:
                 await self.client.request("GET", "/healthz", accept="text/plain")
-                return
+                return True
             except (ApiError, TransportError, ValueError) as err:
                 last_error = one_line(err)
-            await asyncio.sleep(1.0)
-        raise ManagerError(f"failed to wait for apiserver being healthy at {self.client.config.host}: {last_error}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+            if stop.is_set():
+                return False
+        host = redacted(self.client.config.host)  # a password in --master is not printed
+        raise ManagerError(f"failed to wait for apiserver being healthy at {host}: {last_error}")
 
     # -- serving --------------------------------------------------------------------------------------
 

@@ -175,7 +175,11 @@ class Options:
             if getattr(self, name) < 1:
                 raise OptionsError(f"--{name.replace('_', '-')} must be at least 1")
         # As client-go reads them: 0 is its default (5 QPS, burst 10) and a negative QPS turns
-        # client-side limiting off; a negative burst would fail every request, so it is refused.
+        # client-side limiting off; with a QPS, a burst must be given (client-go's NewForConfig); a
+        # negative burst would fail every request, so it is refused.
+        if self.kube_api_qps > 0 and self.kube_api_burst <= 0:
+            raise OptionsError("burst is required to be greater than 0 when RateLimiter is not set and QPS is set to "
+                               "greater than 0")
         if self.kube_api_burst < 0 and self.kube_api_qps >= 0:
             raise OptionsError("--kube-api-burst must not be negative")
         if self.kube_api_content_type not in (JSON, PROTOBUF):

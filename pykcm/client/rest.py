@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from time import monotonic
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 import orjson
 
@@ -24,6 +24,7 @@ from pykcm.client.protobuf import MAGIC, PROTOBUF, WATCH_ACCEPT, WatchDecoder, d
 from pykcm.client.resources import Resource
 from pykcm.util.durations import go_duration
 from pykcm.util.flowcontrol import client_rate_limiter
+from pykcm.util.hostport import host_of, redacted
 from pykcm.util.log import get_logger, one_line
 
 JSON = "application/json"
@@ -51,7 +52,7 @@ class _Transport:
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
-        self.host_label = urlsplit(config.host).netloc
+        self.host_label = host_of(config.host)  # no user info: a password in --master is no label
         self._ssl_context = config.ssl_context
         self._pool: ConnectionPool | None = None
         self._rotation: TLSFileRotation | None = None
@@ -150,7 +151,7 @@ class RestClient:
                 metrics.rate_limiter_duration_by(method, host).observe(waited)
                 if waited > LONG_THROTTLE:
                     _throttle_log.waited(waited, again.reason if again else CLIENT_SIDE_THROTTLING, method,
-                                         request_url(self.config.host, target))
+                                         request_url(redacted(self.config.host), target))
             if self.config.write_fence is not None:  # after the limiter's wait, and again at the socket
                 self.config.write_fence.check(method, path)
             start = time.monotonic()
@@ -216,7 +217,7 @@ class RestClient:
             again = retry.after_response(attempt, status, headers or {})
         if again is not None:
             log.v(4).info("Got a Retry-After response", delay=go_duration(again.wait), attempt=attempt,
-                          url=request_url(self.config.host, target))
+                          url=request_url(redacted(self.config.host), target))
             await asyncio.sleep(again.wait)
         return again
 

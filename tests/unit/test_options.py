@@ -197,7 +197,9 @@ def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[s
         (["run", "--local-nodes=2"], "--local-nodes applies only with --local"),
         (["run", "--v=-1"], "'-v' / '--v'"),  # klog's level is not negative
         (["run", "--controller-shutdown-timeout=-1s"], "--controller-shutdown-timeout must not be negative"),
-        (["run", "--kube-api-burst=-1"], "--kube-api-burst must not be negative"),  # client-go would fail every request
+        (["run", "--kube-api-burst=-1", "--kube-api-qps=0"], "--kube-api-burst must not be negative"),  # fails all
+        (["run", "--kube-api-burst=0"],  # client-go's NewForConfig, as KCM says it
+         "burst is required to be greater than 0 when RateLimiter is not set and QPS is set to greater than 0"),
         (["run", "--leader-elect-lease-duration=99999999999h"],
          "Invalid value for --leader-elect-lease-duration: invalid duration '99999999999h': more than Go's maximum"),
         (["run", "--min-resync-period= 1h"], "Invalid value for --min-resync-period: invalid duration ' 1h'"),
