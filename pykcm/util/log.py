@@ -5,7 +5,7 @@
     log.v(4).info("Finished syncing", replicaSet="ns/web", duration="3ms")
     log.error(err, "Error syncing", replicaSet="ns/web")
 
-Text: `I1121 14:56:00.123456   4242 replicaset] "Too few replicas" replicaSet="ns/web" need=3`.
+Text: `I1121 14:56:00.123456   4242 controller.py:212] "Too few replicas" replicaSet="ns/web" need=3`.
 JSON (`--logging-format json`): one object a line with ts, logger, caller, msg, v (not on errors)
 and the key/values.
 """
@@ -83,11 +83,11 @@ class KlogFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         micros = int(record.created % 1 * 1_000_000)  # LogRecord.msecs has whole milliseconds only
         ts = time.strftime("%m%d %H:%M:%S", time.localtime(record.created)) + f".{micros:06d}"
-        name = record.name.removeprefix("pykcm.")
         kv = getattr(record, "kv", {})
         pairs = "".join(f" {k}={_render(v)}" for k, v in kv.items())
         letter = self._LETTER.get(record.levelno, "I")
-        line = f"{letter}{ts} {os.getpid():>7} {name}] {_render(record.getMessage())}{pairs}"
+        # klog's header ends with the caller's file:line, which klog parsers read (`(\S+):(\d+)\]`).
+        line = f"{letter}{ts} {os.getpid():>7} {record.filename}:{record.lineno}] {_render(record.getMessage())}{pairs}"
         if record.exc_info and _verbosity >= 4:
             line += "\n" + self.formatException(record.exc_info)
         return line

@@ -128,7 +128,7 @@ async def test_the_namespace_controller_says_it_starts_its_workers_at_v5(
 async def test_the_failure_line_reads_as_kcms_in_text_and_json(caplog: pytest.LogCaptureFixture) -> None:
     [record] = await failed_sync(build(NamespaceController), "gone", caplog)
     text = KlogFormatter().format(record)
-    assert text.endswith('namespace] "Deletion of namespace failed" logger="UnhandledError" namespace="gone"'
+    assert text.endswith('] "Deletion of namespace failed" logger="UnhandledError" namespace="gone"'
                          ' err="etcd is down"')
     entry = json.loads(JsonFormatter().format(record))
     assert {k: entry[k] for k in ("logger", "msg", "namespace", "err")} == {

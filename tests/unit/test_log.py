@@ -41,7 +41,7 @@ def test_text_lines_look_like_klog(capsys):
     lines = emit(capsys, "text")
     assert len(lines) == 3  # the V(4) line is filtered at -v 0
     assert re.fullmatch(
-        r'I\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ replicaset\] "Too few replicas" replicaSet="ns/web" need=3', lines[0]
+        r'I\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ test_log\.py:\d+\] "Too few replicas" replicaSet="ns/web" need=3', lines[0]
     )
     assert lines[1].startswith("E") and lines[1].endswith('replicaSet="ns/web" err="quota exceeded"')
 
