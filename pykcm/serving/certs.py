@@ -46,9 +46,7 @@ def self_signed_certificate(bind_address: str) -> tuple[bytes, bytes]:
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
     ca = (
         certificate_builder(ca_name, ca_name, ca_key.public_key(), valid_from, CERT_VALIDITY)
-        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=True,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                     crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(ca_ski, critical=False)  # Go adds it to a CA certificate
         .sign(ca_key, hashes.SHA256())
@@ -62,9 +60,7 @@ def self_signed_certificate(bind_address: str) -> tuple[bytes, bytes]:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{SELF_SIGNED_HOST}@{int(now.timestamp())}")])
     cert = (
         certificate_builder(name, ca_name, key.public_key(), valid_from, CERT_VALIDITY)
-        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=True,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                                     crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
@@ -76,6 +72,13 @@ def self_signed_certificate(bind_address: str) -> tuple[bytes, bytes]:
     )
     pem = serialization.Encoding.PEM
     return cert.public_bytes(pem) + ca.public_bytes(pem), key_pem
+
+
+def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
+    """client-go's: digital signature and key encipherment, and certificate signing for its CA."""
+    return x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=True,
+                         data_encipherment=False, key_agreement=False, key_cert_sign=signs_certificates,
+                         crl_sign=False, encipher_only=False, decipher_only=False)
 
 
 def cert_dir_pair(cert_dir: str, bind_address: str) -> tuple[str, str]:
