@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import platform
 import signal
 import sys
 from pathlib import Path
@@ -19,7 +20,6 @@ from pykcm.app.options import (
     Options,
     OptionsError,
     format_duration,
-    parse_bool,
     parse_duration,
     resolve_controllers,
 )
@@ -85,6 +85,17 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _print_raw_version(value: bool) -> None:
+    """`--version=raw`: KCM prints its version.Info struct; this is pykcm's, in the same form."""
+    if value:
+        major, minor, *_ = [*__version__.split("."), "", ""]
+        python = platform.python_version()
+        typer.echo(f'version.Info{{Major:"{major}", Minor:"{minor}", GitVersion:"v{__version__}", '
+                   f'Compiler:"{platform.python_implementation()} {python}", '
+                   f'Platform:"{platform.system().lower()}/{platform.machine()}"}}')
+        raise typer.Exit()
+
+
 @app.command()
 def run(
     ctx: typer.Context,
@@ -125,9 +136,11 @@ def run(
     feature_gates: Annotated[str, typer.Option(help=featuregates.HELP)] = "",
     profiling: Annotated[bool, typer.Option("--profiling/--no-profiling", help="Serve /debug/flags/v: PUT a number there to change -v while running, as KCM's --profiling (Go's /debug/pprof has no Python counterpart; SIGQUIT dumps the stacks). KCM's --profiling=false also works.")] = _defaults.profiling,
     uvloop: Annotated[bool, typer.Option("--uvloop/--no-uvloop", help="Run on uvloop's event loop where it is installed (less CPU per request); --no-uvloop runs on asyncio's own.")] = _defaults.uvloop,
-    verbosity: Annotated[int, typer.Option("-v", "--v", min=0, help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
+    verbosity: Annotated[int, typer.Option("-v", "--v", min=0, max=2**31 - 1, help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
     show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
-                                               help="Print the version and exit.")] = False,
+                                               help="Print the version and exit (KCM's --version=raw also works).")] = False,
+    show_raw_version: Annotated[bool, typer.Option(kcmflags.VERSION_RAW, is_eager=True, hidden=True,
+                                                   callback=_print_raw_version)] = False,
     logging_format: Annotated[LogFormat, typer.Option(
         help="Log format: text (klog) or json (KCM's keys: ts in milliseconds, logger, caller, msg, v).")] = LogFormat.text,
 ) -> None:
@@ -189,6 +202,7 @@ def run(
         log.warning("Ignoring kube-controller-manager flags for what pykcm does not run or serve", **ignored)
     registry = discover_controllers()
     ours = {name for info in registry.values() for name in (info.name, *info.aliases)}
+    given = options.controllers
     options.controllers, left = kcmflags.left_to_kcm(options.controllers, ours)
     if left:
         log.warning("Leaving to kube-controller-manager the controllers pykcm does not have", controllers=left)
@@ -197,7 +211,8 @@ def run(
     except OptionsError as err:
         raise typer.BadParameter(str(err), param_hint="--controllers") from None
     classes = [registry[name] for name in enabled]
-    options.controllers = canonical_controllers(options.controllers, registry.values())  # as /configz shows them
+    # As /configz shows them: KCM's controllers too, as KCM would name them.
+    options.controllers = canonical_controllers(given, registry.values(), kcmflags.KCM_CONTROLLER_ALIASES)
 
     if options.local:
         if options.bind_address == _defaults.bind_address:
@@ -355,62 +370,16 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-# KCM's boolean flags (pflag) take `--flag`, `--flag=true` and `--flag=false`; typer's flag pairs
-# take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working,
-# as does splitting pflag's `-v=4`, which click would read as the value "=4", and joining the
-# repeats of a list flag, which pflag appends where click keeps the last (--feature-gates' too).
-_GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials", "--profiling", "--authentication-skip-lookup",
-                  "--authentication-tolerate-lookup-failure")
-_GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths", "--tls-cipher-suites", "--feature-gates")
-
-
-def _translate_pflag_forms(argv: list[str]) -> list[str]:
-    return _join_list_flags(_translate_bool_and_v(argv))
-
-
-def _join_list_flags(argv: list[str]) -> list[str]:
-    """`--controllers=a --controllers b` → `--controllers=a,b`, where the first one stood."""
-    out: list[str] = []
-    first: dict[str, int] = {}
-    for word in kcmflags.pflag_words(argv, _GO_LIST_FLAGS.__contains__):
-        if word.flag in _GO_LIST_FLAGS and word.value is not None:
-            if word.flag in first:  # an empty one adds nothing, as pflag's
-                flag, _, value = out[first[word.flag]].partition("=")
-                out[first[word.flag]] = f"{flag}={','.join(v for v in (value, word.value) if v)}"
-            else:
-                first[word.flag] = len(out)
-                out.append(f"{word.flag}={word.value}")
-        else:
-            out += word.words
-    return out
-
-
-def _translate_bool_and_v(argv: list[str]) -> list[str]:
-    out: list[str] = []
-    for word in kcmflags.pflag_words(argv):
-        if word.value is not None and word.flag in _GO_BOOL_FLAGS:
-            try:
-                enabled = parse_bool(word.value)
-            except OptionsError as err:
-                raise UsageError(f"invalid argument {word.value!r} for {word.flag}: {err}") from None
-            out.append(word.flag if enabled else f"--no-{word.flag.removeprefix('--')}")
-        elif word.value is not None and word.flag == "-v":
-            out += [word.flag, word.value]
-        else:
-            out += word.words
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     obj: dict = {}  # what the command tells main: the ignored KCM flags, and how logs are written
     try:
-        args = _translate_pflag_forms(sys.argv[1:] if argv is None else list(argv))
         kcm = kcmflags.KcmFlags()
-        if args[:1] == ["run"]:
-            try:
+        try:
+            args = kcmflags.translate_pflag_forms(sys.argv[1:] if argv is None else list(argv))
+            if args[:1] == ["run"]:
                 args, kcm = kcmflags.split_kcm_flags(args)
-            except kcmflags.FlagError as err:
-                raise UsageError(str(err)) from None
+        except kcmflags.FlagError as err:
+            raise UsageError(str(err)) from None
         if kcm.refused:
             refused = ", ".join(kcm.refused)
             raise UsageError(f"pykcm does not implement {refused}: refused, pykcm cannot honour it and would serve other TLS than asked")

@@ -10,7 +10,7 @@ shown with values nothing reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pykcm.app.options import Options, RegisteredController
@@ -61,10 +61,13 @@ def configz(opts: Options) -> dict[str, Any]:
     }
 
 
-def canonical_controllers(spec: Iterable[str], known: Iterable[RegisteredController]) -> list[str]:
+def canonical_controllers(spec: Iterable[str], known: Iterable[RegisteredController],
+                          other_aliases: Mapping[str, str] | None = None) -> list[str]:
     """The --controllers entries with each alias replaced by its controller's name, `-` kept, as
-    KCM's options become its configuration (GenericControllerManagerConfigurationOptions.ApplyTo)."""
-    canonical = {alias: info.name for info in known for alias in (info.name, *info.aliases)}
+    KCM's options become its configuration (GenericControllerManagerConfigurationOptions.ApplyTo);
+    `other_aliases` names the controllers pykcm leaves to KCM."""
+    canonical = dict(other_aliases or {})
+    canonical.update({alias: info.name for info in known for alias in (info.name, *info.aliases)})
     names = []
     for entry in spec:
         name = entry.removeprefix("-")

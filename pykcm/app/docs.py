@@ -32,7 +32,7 @@ def flags_markdown() -> str:
     run = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     rows = ["| flag | default | meaning |", "| --- | --- | --- |"]
     for param in run.params:
-        if not getattr(param, "opts", None) or param.name == "help":
+        if not getattr(param, "opts", None) or param.name == "help" or getattr(param, "hidden", False):
             continue
         names = ", ".join(f"`{o}`" for o in [*param.opts, *getattr(param, "secondary_opts", [])])
         help_text = " ".join((param.help or "").split()).replace("|", "\\|")

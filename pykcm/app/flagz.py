@@ -22,7 +22,8 @@ def flag_values(params: Iterable[Any], values: Mapping[str, Any]) -> dict[str, s
     its value in `values` (`ctx.params`): defaults included, as KCM lists them."""
     flags: dict[str, str] = {}
     for param in params:
-        if getattr(param, "param_type_name", "") == "option":  # typer may vendor click: no isinstance
+        # Typer may vendor click: no isinstance. A hidden option is a spelling of another (--version=raw).
+        if getattr(param, "param_type_name", "") == "option" and not getattr(param, "hidden", False):
             name = max(param.opts, key=len).lstrip("-")
             flags[name] = pflag_text(name, values.get(param.name))
     return flags

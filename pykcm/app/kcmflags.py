@@ -11,54 +11,63 @@ are left to KCM, said once likewise. Flags of KCM v1.36.3's `--help`; pykcm's ow
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pykcm.app.featuregates import go_bool, go_quote
+from pykcm.app.options import FLOAT32_LIMIT, OptionsError, parse_bool, parse_duration
 
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-# Take a value (`--flag=v` or `--flag v`).
-IGNORED_VALUE_FLAGS = _words("""
---allow-metric-labels --allow-metric-labels-manifest --attach-detach-reconcile-sync-period
---authentication-token-webhook-cache-ttl --authorization-webhook-cache-authorized-ttl
---authorization-webhook-cache-unauthorized-ttl --cidr-allocator-type
---cloud-config --cloud-provider --cluster-cidr --cluster-name --cluster-signing-cert-file
---cluster-signing-duration --cluster-signing-key-file --cluster-signing-kube-apiserver-client-cert-file
---cluster-signing-kube-apiserver-client-key-file --cluster-signing-kubelet-client-cert-file
---cluster-signing-kubelet-client-key-file --cluster-signing-kubelet-serving-cert-file
---cluster-signing-kubelet-serving-key-file --cluster-signing-legacy-unknown-cert-file
---cluster-signing-legacy-unknown-key-file --concurrent-cron-job-syncs --concurrent-daemonset-syncs
---concurrent-deployment-syncs --concurrent-device-taint-eviction-syncs --concurrent-endpoint-syncs
---concurrent-ephemeralvolume-syncs --concurrent-gc-syncs --concurrent-horizontal-pod-autoscaler-syncs
---concurrent-job-syncs --concurrent-rc-syncs --concurrent-resource-quota-syncs
---concurrent-resourceclaim-syncs --concurrent-service-endpoint-syncs --concurrent-service-syncs
---concurrent-serviceaccount-token-syncs --concurrent-statefulset-syncs
---concurrent-ttl-after-finished-syncs --concurrent-validating-admission-policy-status-syncs
---controller-start-interval --disabled-metrics --emulated-version
---endpoint-updates-batch-period --endpointslice-updates-batch-period --external-cloud-volume-plugin
---flex-volume-plugin-dir --horizontal-pod-autoscaler-cpu-initialization-period
+# Take a value (`--flag=v` or `--flag v`). The numbers and durations are checked as pflag parses
+# them, so a typo in a copied command line stops the start as it stops KCM's; the rest is not read.
+IGNORED_DURATION_FLAGS = _words("""
+--attach-detach-reconcile-sync-period --authentication-token-webhook-cache-ttl
+--authorization-webhook-cache-authorized-ttl --authorization-webhook-cache-unauthorized-ttl
+--cluster-signing-duration --controller-start-interval --endpoint-updates-batch-period
+--endpointslice-updates-batch-period --horizontal-pod-autoscaler-cpu-initialization-period
 --horizontal-pod-autoscaler-downscale-stabilization --horizontal-pod-autoscaler-initial-readiness-delay
---horizontal-pod-autoscaler-sync-period --horizontal-pod-autoscaler-tolerance
---http2-max-streams-per-connection --large-cluster-size-threshold --leader-migration-config
---legacy-service-account-token-clean-up-period --log-flush-frequency --log-json-info-buffer-size
---log-text-info-buffer-size --max-endpoints-per-slice --min-compatibility-version
---mirroring-concurrent-service-endpoint-syncs --mirroring-endpointslice-updates-batch-period
---mirroring-max-endpoints-per-subset --node-cidr-mask-size --node-cidr-mask-size-ipv4
---node-cidr-mask-size-ipv6 --node-eviction-rate --node-monitor-grace-period --node-monitor-period
---node-startup-grace-period --pv-recycler-increment-timeout-nfs --pv-recycler-minimum-timeout-hostpath
---pv-recycler-minimum-timeout-nfs --pv-recycler-pod-template-filepath-hostpath
---pv-recycler-pod-template-filepath-nfs --pv-recycler-timeout-increment-hostpath
---pvclaimbinder-sync-period --requestheader-allowed-names --requestheader-client-ca-file
---requestheader-extra-headers-prefix --requestheader-group-headers --requestheader-uid-headers
---requestheader-username-headers --resource-quota-sync-period --root-ca-file
---route-reconciliation-period --secondary-node-eviction-rate --service-account-private-key-file
---service-cluster-ip-range --show-hidden-metrics-for-version --terminated-pod-gc-threshold
---tls-sni-cert-key --unhealthy-zone-threshold --vmodule
+--horizontal-pod-autoscaler-sync-period --legacy-service-account-token-clean-up-period --log-flush-frequency
+--mirroring-endpointslice-updates-batch-period --node-monitor-grace-period --node-monitor-period
+--node-startup-grace-period --pvclaimbinder-sync-period --resource-quota-sync-period --route-reconciliation-period
 """)
+IGNORED_INT32_FLAGS = _words("""
+--concurrent-cron-job-syncs --concurrent-daemonset-syncs --concurrent-deployment-syncs
+--concurrent-device-taint-eviction-syncs --concurrent-endpoint-syncs --concurrent-ephemeralvolume-syncs
+--concurrent-gc-syncs --concurrent-horizontal-pod-autoscaler-syncs --concurrent-job-syncs --concurrent-rc-syncs
+--concurrent-resource-quota-syncs --concurrent-resourceclaim-syncs --concurrent-service-endpoint-syncs
+--concurrent-service-syncs --concurrent-serviceaccount-token-syncs --concurrent-statefulset-syncs
+--concurrent-ttl-after-finished-syncs --concurrent-validating-admission-policy-status-syncs
+--large-cluster-size-threshold --max-endpoints-per-slice --mirroring-concurrent-service-endpoint-syncs
+--mirroring-max-endpoints-per-subset --node-cidr-mask-size --node-cidr-mask-size-ipv4 --node-cidr-mask-size-ipv6
+--pv-recycler-increment-timeout-nfs --pv-recycler-minimum-timeout-hostpath --pv-recycler-minimum-timeout-nfs
+--pv-recycler-timeout-increment-hostpath --terminated-pod-gc-threshold
+""")
+IGNORED_INT64_FLAGS = _words("--http2-max-streams-per-connection")
+IGNORED_FLOAT32_FLAGS = _words("--node-eviction-rate --secondary-node-eviction-rate --unhealthy-zone-threshold")
+IGNORED_FLOAT64_FLAGS = _words("--horizontal-pod-autoscaler-tolerance")
+IGNORED_VALUE_FLAGS = (
+    IGNORED_DURATION_FLAGS | IGNORED_INT32_FLAGS | IGNORED_INT64_FLAGS | IGNORED_FLOAT32_FLAGS | IGNORED_FLOAT64_FLAGS
+    | _words("""
+--allow-metric-labels --allow-metric-labels-manifest --cidr-allocator-type --cloud-config --cloud-provider
+--cluster-cidr --cluster-name --cluster-signing-cert-file --cluster-signing-key-file
+--cluster-signing-kube-apiserver-client-cert-file --cluster-signing-kube-apiserver-client-key-file
+--cluster-signing-kubelet-client-cert-file --cluster-signing-kubelet-client-key-file
+--cluster-signing-kubelet-serving-cert-file --cluster-signing-kubelet-serving-key-file
+--cluster-signing-legacy-unknown-cert-file --cluster-signing-legacy-unknown-key-file --disabled-metrics
+--emulated-version --external-cloud-volume-plugin --flex-volume-plugin-dir --leader-migration-config
+--log-json-info-buffer-size --log-text-info-buffer-size --min-compatibility-version
+--pv-recycler-pod-template-filepath-hostpath --pv-recycler-pod-template-filepath-nfs --requestheader-allowed-names
+--requestheader-client-ca-file --requestheader-extra-headers-prefix --requestheader-group-headers
+--requestheader-uid-headers --requestheader-username-headers --root-ca-file --service-account-private-key-file
+--service-cluster-ip-range --show-hidden-metrics-for-version --tls-sni-cert-key --vmodule
+""")
+)
 
 # Booleans (`--flag`, `--flag=false`).
 IGNORED_BOOL_FLAGS = _words("""
@@ -70,34 +79,35 @@ IGNORED_BOOL_FLAGS = _words("""
 
 REFUSED_FLAGS = frozenset({"--tls-curve-preferences"})
 
-# Every controller name and alias KCM v1.36.3 knows (its --help and its controller descriptors).
-KCM_CONTROLLERS = _words("""
-bootstrap-signer-controller certificatesigningrequest-approving-controller
-certificatesigningrequest-cleaner-controller certificatesigningrequest-signing-controller
-cloud-node-lifecycle-controller clusterrole-aggregation-controller cronjob-controller
-daemonset-controller deployment-controller device-taint-eviction-controller disruption-controller
-endpoints-controller endpointslice-controller endpointslice-mirroring-controller
-ephemeral-volume-controller garbage-collector-controller horizontal-pod-autoscaler-controller
-job-controller kube-apiserver-serving-clustertrustbundle-publisher-controller
-legacy-serviceaccount-token-cleaner-controller namespace-controller node-ipam-controller
-node-lifecycle-controller node-route-controller persistentvolume-attach-detach-controller
-persistentvolume-binder-controller persistentvolume-expander-controller
-persistentvolume-protection-controller persistentvolumeclaim-protection-controller
-pod-garbage-collector-controller podcertificaterequest-cleaner-controller
-podgroup-protection-controller replicaset-controller replicationcontroller-controller
-resourceclaim-controller resourcepoolstatusrequest-controller resourcequota-controller
-root-ca-certificate-publisher-controller selinux-warning-controller service-cidr-controller
-service-lb-controller serviceaccount-controller serviceaccount-token-controller
-statefulset-controller storage-version-migrator-controller storageversion-garbage-collector-controller
-taint-eviction-controller token-cleaner-controller ttl-after-finished-controller ttl-controller
+# KCM v1.36.3's controllers: every alias and the name it stands for (its controller descriptors),
+# and the names that have no alias.
+KCM_CONTROLLER_ALIASES = dict(pair.split("=") for pair in _words("""
+attachdetach=persistentvolume-attach-detach-controller bootstrapsigner=bootstrap-signer-controller
+cloud-node-lifecycle=cloud-node-lifecycle-controller clusterrole-aggregation=clusterrole-aggregation-controller
+cronjob=cronjob-controller csrapproving=certificatesigningrequest-approving-controller
+csrcleaner=certificatesigningrequest-cleaner-controller csrsigning=certificatesigningrequest-signing-controller
+daemonset=daemonset-controller deployment=deployment-controller disruption=disruption-controller
+endpoint=endpoints-controller endpointslice=endpointslice-controller
+endpointslicemirroring=endpointslice-mirroring-controller ephemeral-volume=ephemeral-volume-controller
+garbagecollector=garbage-collector-controller horizontalpodautoscaling=horizontal-pod-autoscaler-controller
+job=job-controller legacy-service-account-token-cleaner=legacy-serviceaccount-token-cleaner-controller
+namespace=namespace-controller nodeipam=node-ipam-controller nodelifecycle=node-lifecycle-controller
+persistentvolume-binder=persistentvolume-binder-controller
+persistentvolume-expander=persistentvolume-expander-controller podgc=pod-garbage-collector-controller
+pv-protection=persistentvolume-protection-controller pvc-protection=persistentvolumeclaim-protection-controller
+replicaset=replicaset-controller replicationcontroller=replicationcontroller-controller
+resource-claim-controller=resourceclaim-controller resourcequota=resourcequota-controller
+root-ca-cert-publisher=root-ca-certificate-publisher-controller route=node-route-controller
+service=service-lb-controller serviceaccount=serviceaccount-controller
+serviceaccount-token=serviceaccount-token-controller statefulset=statefulset-controller
+storage-version-gc=storageversion-garbage-collector-controller svm=storage-version-migrator-controller
+tokencleaner=token-cleaner-controller ttl=ttl-controller ttl-after-finished=ttl-after-finished-controller
+"""))
+KCM_CONTROLLERS = frozenset(KCM_CONTROLLER_ALIASES) | frozenset(KCM_CONTROLLER_ALIASES.values()) | _words("""
+device-taint-eviction-controller kube-apiserver-serving-clustertrustbundle-publisher-controller
+podcertificaterequest-cleaner-controller podgroup-protection-controller resourcepoolstatusrequest-controller
+selinux-warning-controller service-cidr-controller taint-eviction-controller
 validatingadmissionpolicy-status-controller volumeattributesclass-protection-controller
-attachdetach bootstrapsigner cloud-node-lifecycle clusterrole-aggregation cronjob csrapproving
-csrcleaner csrsigning daemonset deployment disruption endpoint endpointslice endpointslicemirroring
-ephemeral-volume garbagecollector horizontalpodautoscaling job legacy-service-account-token-cleaner
-namespace nodeipam nodelifecycle persistentvolume-binder persistentvolume-expander podgc
-pv-protection pvc-protection replicaset replicationcontroller resource-claim-controller
-resourcequota root-ca-cert-publisher route service serviceaccount serviceaccount-token
-statefulset storage-version-gc svm tokencleaner ttl ttl-after-finished
 """)
 
 
@@ -163,14 +173,68 @@ def split_kcm_flags(argv: list[str]) -> tuple[list[str], KcmFlags]:
 
 def _check_syntax(word: Word, takes_value: bool) -> None:
     """What pflag refuses of an ignored flag, in its words: a value flag ending the command line, a
-    boolean that is no strconv.ParseBool value (its other values are not checked: pykcm ignores them)."""
+    boolean that is no strconv.ParseBool value, a number or duration that does not parse."""
     if takes_value and word.value is None:
         raise FlagError(f"flag needs an argument: {word.flag}")
-    if word.flag in IGNORED_BOOL_FLAGS and word.value is not None and go_bool(word.value) is None:
-        value = go_quote(word.value)
-        raise FlagError(
-            f'invalid argument {value} for "{word.flag}" flag: strconv.ParseBool: parsing {value}: invalid syntax'
-        )
+    if word.value is None:
+        return
+    value = go_quote(word.value)
+    if word.flag in IGNORED_BOOL_FLAGS and go_bool(word.value) is None:
+        reason = f"strconv.ParseBool: parsing {value}: invalid syntax"
+    else:
+        reason = _value_error(word.flag, word.value)
+    if reason:
+        raise FlagError(f'invalid argument {value} for "{word.flag}" flag: {reason}')
+
+
+def _value_error(flag: str, text: str) -> str | None:
+    """Why pflag would not parse `text` for an ignored typed flag (Go's error), or None."""
+    if flag in IGNORED_DURATION_FLAGS:
+        try:
+            parse_duration(text)
+        except OptionsError:
+            missing_unit = re.fullmatch(r"[+-]?[0-9]*\.?[0-9]*", text) and any(c.isdigit() for c in text)
+            return f"time: {'missing unit in' if missing_unit else 'invalid'} duration {go_quote(text)}"
+        return None
+    for flags, parse in ((IGNORED_INT32_FLAGS, lambda: go_int(text, 32)),
+                         (IGNORED_INT64_FLAGS, lambda: go_int(text, 64)),
+                         (IGNORED_FLOAT32_FLAGS, lambda: go_float(text, 32)),
+                         (IGNORED_FLOAT64_FLAGS, lambda: go_float(text, 64))):
+        if flag in flags:
+            try:
+                parse()
+            except ValueError as err:
+                return str(err)
+    return None
+
+
+_GO_OCTAL = re.compile(r"[+-]?0[0-7]+")  # Go's base 0 reads a leading 0 as octal; Python refuses it
+
+
+def go_int(text: str, bits: int) -> int:
+    """Go's strconv.ParseInt(text, 0, bits), as pflag parses an int flag; ValueError in Go's words."""
+    try:
+        if text != text.strip():
+            raise ValueError
+        value = int(text, 8) if _GO_OCTAL.fullmatch(text) else int(text, 0)
+    except ValueError:
+        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: invalid syntax") from None
+    if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: value out of range")
+    return value
+
+
+def go_float(text: str, bits: int) -> float:
+    """Go's strconv.ParseFloat(text, bits); ValueError in Go's words (hex floats are not read)."""
+    try:
+        if text != text.strip():
+            raise ValueError
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"strconv.ParseFloat: parsing {go_quote(text)}: invalid syntax") from None
+    if (math.isinf(value) and "inf" not in text.lower()) or (bits == 32 and FLOAT32_LIMIT <= abs(value) < math.inf):
+        raise ValueError(f"strconv.ParseFloat: parsing {go_quote(text)}: value out of range")
+    return value
 
 
 def left_to_kcm(spec: list[str], pykcm_names: set[str]) -> tuple[list[str], list[str]]:
@@ -178,10 +242,63 @@ def left_to_kcm(spec: list[str], pykcm_names: set[str]) -> tuple[list[str], list
     kept: list[str] = []
     left: list[str] = []
     for entry in spec:
-        name = entry.strip().removeprefix("-")
+        name = entry.removeprefix("-")
         if name in KCM_CONTROLLERS and name not in pykcm_names:
             if name not in left:
                 left.append(name)
         else:
             kept.append(entry)
     return kept, left
+
+
+# KCM's boolean flags (pflag) take `--flag`, `--flag=true` and `--flag=false`; typer's flag pairs
+# take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working,
+# as does splitting pflag's `-v=4`, which click would read as the value "=4", and joining the
+# repeats of a list flag, which pflag appends where click keeps the last (--feature-gates' too).
+GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials", "--profiling", "--authentication-skip-lookup",
+                 "--authentication-tolerate-lookup-failure")
+GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths", "--tls-cipher-suites", "--feature-gates")
+VERSION_RAW = "--version-raw"  # what `--version=raw` (component-base's verflag) becomes
+
+
+def translate_pflag_forms(argv: list[str]) -> list[str]:
+    """`argv` with pflag's forms in the spelling the typer command line reads; FlagError for a bad boolean."""
+    return _join_list_flags(_translate_bool_and_v(argv))
+
+
+def _join_list_flags(argv: list[str]) -> list[str]:
+    """`--controllers=a --controllers b` → `--controllers=a,b`, where the first one stood."""
+    out: list[str] = []
+    first: dict[str, int] = {}
+    for word in pflag_words(argv, GO_LIST_FLAGS.__contains__):
+        if word.flag in GO_LIST_FLAGS and word.value is not None:
+            if word.flag in first:  # an empty one adds nothing, as pflag's
+                flag, _, value = out[first[word.flag]].partition("=")
+                out[first[word.flag]] = f"{flag}={','.join(v for v in (value, word.value) if v)}"
+            else:
+                first[word.flag] = len(out)
+                out.append(f"{word.flag}={word.value}")
+        else:
+            out += word.words
+    return out
+
+
+def _translate_bool_and_v(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    for word in pflag_words(argv):
+        if word.flag == "--version" and word.value == "raw":
+            out.append(VERSION_RAW)
+        elif word.value is not None and (word.flag in GO_BOOL_FLAGS or word.flag == "--version"):
+            try:
+                enabled = parse_bool(word.value)
+            except OptionsError as err:
+                raise FlagError(f"invalid argument {word.value!r} for {word.flag}: {err}") from None
+            if word.flag == "--version":
+                out += [word.flag] if enabled else []  # `--version=false` runs, as KCM's
+            else:
+                out.append(word.flag if enabled else f"--no-{word.flag.removeprefix('--')}")
+        elif word.value is not None and word.flag == "-v":
+            out += [word.flag, word.value]
+        else:
+            out += word.words
+    return out

@@ -96,9 +96,12 @@ class Manager:
         loop_watch = BlockedLoopWatch(self.heartbeat)
         loop_watch.start()
         try:
+            # The serving files first, as KCM reads them from its flags: a missing one is said at once,
+            # not after the apiserver answers.
+            tls = await self._serving_tls() if self.options.secure_port else None
             if not await self._wait_for_apiserver(stop):
                 return  # stopped while waiting: nothing started yet
-            await self._start_server()
+            await self._start_server(tls)
             if self.options.leader_elect:
                 await self._run_leader_elected(stop)
             else:
@@ -141,9 +144,9 @@ class Manager:
         self._extra_clients.append(client)
         return client
 
-    async def _start_server(self) -> None:
+    async def _start_server(self, tls: DynamicServingTLS | None) -> None:
         opts = self.options
-        if opts.secure_port == 0:
+        if tls is None:
             log.info("Secure serving is disabled (--secure-port=0)")
             return
         authn_client = self._delegated_client(opts.authentication_kubeconfig, "authentication-delegator")
@@ -152,15 +155,13 @@ class Manager:
         # (then no client certificate is trusted).
         lookup = not opts.client_ca_file and not opts.authentication_skip_lookup
         try:
-            client_ca = None
             if lookup:
                 # Fatal as in KCM where it has a delegated client: --authentication-kubeconfig, or in a
                 # pod its service account. Out of a pod without one KCM looks nothing up, and pykcm
                 # (asking with its main credentials) only warns.
                 delegated = bool(opts.authentication_kubeconfig) or in_cluster() is not None
                 tolerate = opts.authentication_tolerate_lookup_failure or not delegated
-                client_ca = await lookup_client_ca(authn_client, tolerate)
-            tls = await asyncio.to_thread(self._serving_tls, client_ca)  # RSA keys and files: off the loop
+                tls.set_client_ca(await lookup_client_ca(authn_client, tolerate))
             server = SecureServer(
                 opts.bind_address,
                 opts.secure_port,
@@ -184,14 +185,22 @@ class Manager:
         fetch = (lambda: read_client_ca(authn_client)) if lookup else None
         self._tls_refresh = asyncio.create_task(tls.run(fetch), name="serving tls")
 
-    def _serving_tls(self, client_ca: str | None) -> DynamicServingTLS:
-        """The serving pair: --tls-cert-file's, else --cert-dir's (made there if missing), else one in memory."""
+    async def _serving_tls(self) -> DynamicServingTLS:
+        """The serving pair: --tls-cert-file's, else --cert-dir's (made there if missing), else one in
+        memory; --client-ca-file's CA, or none until the lookup. RSA keys and files: off the loop."""
         opts = self.options
-        cert_file, key_file = opts.tls_cert_file, opts.tls_private_key_file
-        if not (cert_file or key_file) and opts.cert_dir:
-            cert_file, key_file = cert_dir_pair(opts.cert_dir, opts.bind_address)
-        return DynamicServingTLS(cert_file, key_file, opts.bind_address, client_ca,
-                                 tls_policy(opts.tls_min_version, opts.tls_cipher_suites), opts.client_ca_file)
+
+        def load() -> DynamicServingTLS:
+            cert_file, key_file = opts.tls_cert_file, opts.tls_private_key_file
+            if not (cert_file or key_file) and opts.cert_dir:
+                cert_file, key_file = cert_dir_pair(opts.cert_dir, opts.bind_address)
+            return DynamicServingTLS(cert_file, key_file, opts.bind_address, None,
+                                     tls_policy(opts.tls_min_version, opts.tls_cipher_suites), opts.client_ca_file)
+
+        try:
+            return await asyncio.to_thread(load)
+        except ServingError as err:
+            raise ManagerError(str(err)) from None
 
     # -- leader election ------------------------------------------------------------------------------
 

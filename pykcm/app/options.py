@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -94,7 +95,7 @@ def resolve_controllers(spec: Iterable[str], known: Iterable[RegisteredControlle
     for info in controllers:
         for alias in (info.name, *info.aliases):
             canonical[alias] = info.name
-    entries = [e.strip() for e in spec]  # an empty one (`a,,b`) is unknown, as in KCM
+    entries = list(spec)  # an empty one (`a,,b`) or one with a space (`a, b`) is unknown, as in KCM
     for entry in entries:
         name = entry.removeprefix("-")
         if name != "*" and name not in canonical:
@@ -113,6 +114,7 @@ def _controller_enabled(info: RegisteredController, entries: list[str], canonica
     return star and info.enabled_by_default
 
 
+FLOAT32_LIMIT = 3.4028235677973366e38  # from here a float32 rounds to infinity: Go's "value out of range"
 LEASES_RESOURCE_LOCK = "leases"  # the only lock KCM still has; endpoints/configmaps locks were removed
 LEADER_ELECTION_JITTER = 1.2  # client-go's JitterFactor: renew deadline must exceed retry period x this
 DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
@@ -177,6 +179,9 @@ class Options:
         # As client-go reads them: 0 is its default (5 QPS, burst 10) and a negative QPS turns
         # client-side limiting off; with a QPS, a burst must be given (client-go's NewForConfig); a
         # negative burst would fail every request, so it is refused.
+        qps = self.kube_api_qps
+        if math.isnan(qps) or (math.isfinite(qps) and abs(qps) >= FLOAT32_LIMIT):  # KCM's flag is a float32
+            raise OptionsError(f"--kube-api-qps: {qps} is out of range")
         if self.kube_api_qps > 0 and self.kube_api_burst <= 0:
             raise OptionsError("burst is required to be greater than 0 when RateLimiter is not set and QPS is set to "
                                "greater than 0")
@@ -186,8 +191,8 @@ class Options:
             raise OptionsError(
                 f"--kube-api-content-type must be {JSON} or {PROTOBUF} (got {self.kube_api_content_type!r})"
             )
-        if self.namespace_sync_period <= 0 or self.min_resync_period < 0:
-            raise OptionsError("--namespace-sync-period must be positive and --min-resync-period not negative")
+        if self.namespace_sync_period < 0 or self.min_resync_period < 0:  # 0: no periodic resync, as in KCM
+            raise OptionsError("--namespace-sync-period and --min-resync-period must not be negative")
         if self.controller_shutdown_timeout < 0:
             raise OptionsError("--controller-shutdown-timeout must not be negative")
         if self.local and (self.kubeconfig or self.master):

@@ -5,6 +5,7 @@ client-certificate authentication; dynamiccerts.py serves them."""
 from __future__ import annotations
 
 import datetime
+import errno
 import ipaddress
 import os
 import ssl
@@ -111,7 +112,10 @@ def _readable(path: str) -> bool:
 
 
 def _write(path: str, data: bytes, mode: int) -> None:
-    os.makedirs(os.path.dirname(path) or ".", 0o755, exist_ok=True)
+    directory = os.path.dirname(path) or "."
+    if os.path.exists(directory) and not os.path.isdir(directory):  # makedirs would say "File exists"
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), directory)
+    os.makedirs(directory, 0o755, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)

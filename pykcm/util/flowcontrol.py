@@ -8,6 +8,7 @@ callers queue up in arrival order.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 
@@ -86,6 +87,7 @@ DEFAULT_BURST = 10
 
 
 def client_rate_limiter(qps: float, burst: int) -> TokenBucket | None:
-    """A REST client's limiter as client-go makes it: 0 takes the default, a negative QPS none."""
+    """A REST client's limiter as client-go makes it: 0 takes the default, a negative QPS none, and
+    an infinite one none (Go's rate.Inf allows every request)."""
     qps, burst = qps or DEFAULT_QPS, burst or DEFAULT_BURST
-    return TokenBucket(qps, burst) if qps > 0 else None
+    return TokenBucket(qps, burst) if 0 < qps < math.inf else None

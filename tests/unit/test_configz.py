@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pykcm.app.configz import GROUP, canonical_controllers, configz
 from pykcm.app.options import ControllerInfo, Options
 from pykcm.serving.authn import DelegatingAuthenticator
@@ -108,3 +110,17 @@ async def test_flagz_and_statusz_are_not_served_with_their_gates_off() -> None:
             assert (status, body) == ("HTTP/1.1 404 Not Found", b"404 page not found\n")
     finally:
         await server.stop()
+
+
+def test_the_controllers_left_to_kcm_are_shown_by_kcms_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The built KCM v1.36.3 shows them all; pykcm leaves them to KCM but names them the same way.
+    from pykcm.app import cli
+
+    runs: list = []
+    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
+    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append((options, classes)))
+    assert cli.main(["run", "--controllers=*,bootstrapsigner,tokencleaner,-serviceaccount"]) == 0
+    options, classes = runs[0]
+    assert options.controllers == ["*", "bootstrap-signer-controller", "token-cleaner-controller",
+                                   "-serviceaccount-controller"]
+    assert "serviceaccount-controller" not in [c.name for c in classes]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
-from pykcm.app import cli, featuregates
+from pykcm.app import cli, featuregates, kcmflags
 from pykcm.app.options import Options, OptionsError
 
 
@@ -171,7 +171,7 @@ def test_kubernetes_feature_enabled_shows_every_gate_pykcm_knows_as_set_by_the_f
 def test_flagz_and_help() -> None:
     assert featuregates.flag_text("") == ""
     assert featuregates.flag_text(" kube: A=true ,,kube:") == "kube:A=true,kube:"
-    assert cli._translate_pflag_forms(["run", "--feature-gates", "A=true", "--feature-gates=B=false"]) == [
+    assert kcmflags.translate_pflag_forms(["run", "--feature-gates", "A=true", "--feature-gates=B=false"]) == [
         "run", "--feature-gates=A=true,B=false"]
     assert "StaleControllerConsistencyReplicaSet" in featuregates.HELP
 

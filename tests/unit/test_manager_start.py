@@ -36,3 +36,16 @@ async def test_the_apiserver_error_does_not_show_a_password(monkeypatch: pytest.
         await mgr.run(asyncio.Event())
     assert "S3CRET" not in str(err.value) and "admin:***@127.0.0.1" in str(err.value)
     assert "S3CRET" not in mgr.client._transport.host_label
+
+
+@pytest.mark.parametrize("flag", ["client_ca_file", "tls_cert_file"])
+async def test_a_missing_serving_file_is_said_before_the_apiserver_is_awaited(flag: str, tmp_path) -> None:
+    """As KCM, which reads them from its flags first: at once, not after the apiserver answers."""
+    files = {"client_ca_file": str(tmp_path / "nope")} if flag == "client_ca_file" else {
+        "tls_cert_file": str(tmp_path / "nope.crt"), "tls_private_key_file": str(tmp_path / "nope.key")}
+    config = ClientConfig(host=f"http://127.0.0.1:{free_port()}", ssl_context=None)
+    mgr = Manager(Options(secure_port=free_port(), leader_elect=False, **files), config, [])
+    start = time.monotonic()
+    with pytest.raises(ManagerError, match="No such file or directory"):
+        await asyncio.wait_for(mgr.run(asyncio.Event()), 5)
+    assert time.monotonic() - start < 2

@@ -89,7 +89,6 @@ def test_parse_duration_does_not_strip_spaces_as_go_does_not(text: str) -> None:
         (["*", "-namespace", "namespace"], ["serviceaccount-token-controller", "replicaset-controller"]),
         (["*", "bootstrapsigner"], [c.name for c in KNOWN]),  # an explicit entry beats `*` wherever it is
         (["bootstrapsigner"], ["bootstrap-signer-controller"]),
-        ([" replicaset "], ["replicaset-controller"]),
         ([], []),
     ],
 )
@@ -181,7 +180,7 @@ def test_renew_deadline_just_above_jittered_retry_period_is_valid() -> None:
     ],
 )
 def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[str]) -> None:
-    assert cli._translate_pflag_forms(argv) == translated
+    assert kcmflags.translate_pflag_forms(argv) == translated
 
 
 @pytest.mark.parametrize(
@@ -237,11 +236,11 @@ def test_an_os_error_is_one_line_with_the_path(tmp_path, capsys: pytest.CaptureF
     ],
 )
 def test_repeated_list_flags_are_joined_as_pflag_appends_them(argv: list[str], translated: list[str]) -> None:
-    assert cli._translate_pflag_forms(argv) == translated
+    assert kcmflags.translate_pflag_forms(argv) == translated
 
 
 def test_pflag_short_verbosity_with_equals_is_read_as_kcm_reads_it() -> None:
-    assert cli._translate_pflag_forms(["run", "-v=4", "--v=2"]) == ["run", "-v", "4", "--v=2"]
+    assert kcmflags.translate_pflag_forms(["run", "-v=4", "--v=2"]) == ["run", "-v", "4", "--v=2"]
 
 
 def test_dash_h_and_version_work_as_kcms(capsys: pytest.CaptureFixture[str]) -> None:
@@ -295,6 +294,23 @@ def test_bad_tls_names_are_usage_errors(argv: list[str], message: str, capsys: p
         (["run", "--controllers=namespace", "--vmodule"], "flag needs an argument: --vmodule"),
         (["run", "--root-ca-file"], "flag needs an argument: --root-ca-file"),
         (["run", "--tls-curve-preferences"], "flag needs an argument: --tls-curve-preferences"),
+        (["run", "--log-flush-frequency=abc"],
+         'invalid argument "abc" for "--log-flush-frequency" flag: time: invalid duration "abc"'),
+        (["run", "--log-flush-frequency", "5"],
+         'invalid argument "5" for "--log-flush-frequency" flag: time: missing unit in duration "5"'),
+        (["run", "--concurrent-gc-syncs=99999999999"],
+         'invalid argument "99999999999" for "--concurrent-gc-syncs" flag: strconv.ParseInt: parsing "99999999999": '
+         "value out of range"),
+        (["run", "--concurrent-gc-syncs= 5"],
+         'invalid argument " 5" for "--concurrent-gc-syncs" flag: strconv.ParseInt: parsing " 5": invalid syntax'),
+        (["run", "--node-eviction-rate=1e39"],
+         'invalid argument "1e39" for "--node-eviction-rate" flag: strconv.ParseFloat: parsing "1e39": '
+         "value out of range"),
+        (["run", "--horizontal-pod-autoscaler-tolerance=1e400"],
+         'invalid argument "1e400" for "--horizontal-pod-autoscaler-tolerance" flag: strconv.ParseFloat: parsing '
+         '"1e400": value out of range'),
+        (["run", "--controllers=replicaset, namespace"],
+         'Invalid value for --controllers: " namespace" is not in the list of known controllers: '),
     ],
 )
 def test_ignored_kcm_flags_are_refused_where_kcm_refuses_their_syntax(
@@ -302,7 +318,20 @@ def test_ignored_kcm_flags_are_refused_where_kcm_refuses_their_syntax(
 ) -> None:
     # The built KCM v1.36.3's words, after "Error: ".
     assert cli.main(argv) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [f"pykcm: error: {message}"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"pykcm: error: {message}")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--concurrent-gc-syncs", "010"), ("--concurrent-gc-syncs", "0x1f"), ("--concurrent-gc-syncs", "1_000"),
+     ("--http2-max-streams-per-connection", "-3000000000"), ("--node-eviction-rate", "1_0.5"),
+     ("--node-eviction-rate", "Inf"), ("--horizontal-pod-autoscaler-tolerance", "1e300"),
+     ("--log-flush-frequency", "1h2m0.5s"), ("--cluster-name", "any text")],
+)
+def test_ignored_kcm_flags_take_the_values_pflag_takes(flag: str, value: str) -> None:
+    # Each one checked on the built KCM v1.36.3: it starts.
+    assert kcmflags.split_kcm_flags(["run", f"{flag}={value}"]) == (["run"], kcmflags.KcmFlags(ignored=[flag]))
 
 
 def test_ignored_kcm_flags_take_what_pflag_takes() -> None:
@@ -321,7 +350,7 @@ def test_ignored_kcm_flags_take_what_pflag_takes() -> None:
     ],
 )
 def test_an_empty_list_flag_adds_nothing_as_pflag_appends_it(argv: list[str], translated: list[str]) -> None:
-    assert cli._translate_pflag_forms(argv) == translated
+    assert kcmflags.translate_pflag_forms(argv) == translated
 
 
 def test_an_empty_controllers_flag_is_the_empty_list(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -401,3 +430,35 @@ def test_a_star_not_at_the_end_is_refused_in_path_gos_words(paths: list[str], ba
     assert cli.main(["run", f"--authorization-always-allow-paths={','.join(paths)}"]) == 2
     hint = "(see 'pykcm run --help')"
     assert capsys.readouterr().err.strip() == f'pykcm: error: only trailing * allowed in "{bad}" {hint}'
+
+
+@pytest.mark.parametrize(("argv", "out"), [(["--version=true"], "pykcm "), (["--version=raw"], 'version.Info{Major:"'),
+                                           (["--version"], "pykcm ")])
+def test_kcms_version_values_are_taken(argv: list[str], out: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", *argv]) == 0
+    assert capsys.readouterr().out.startswith(out)
+
+
+def test_version_false_runs_and_a_zero_namespace_sync_period_is_no_resync(monkeypatch: pytest.MonkeyPatch) -> None:
+    # KCM v1.36.3 starts with both: 0 is no periodic resync of terminating namespaces.
+    runs: list[Options] = []
+    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
+    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+    assert cli.main(["run", "--version=false", "--namespace-sync-period=0"]) == 0
+    assert runs[0].namespace_sync_period == 0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--kube-api-qps=nan"], "--kube-api-qps: nan is out of range"),
+    (["--kube-api-qps=1e39"], "--kube-api-qps: 1e+39 is out of range"),  # KCM's flag is a float32
+    (["-v=4294967296"], "less than or equal to 2147483647"),  # KCM: value out of range (an int32)
+])
+def test_numbers_kcm_cannot_hold_are_refused(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_infinite_qps_is_no_client_side_limit() -> None:
+    from pykcm.util.flowcontrol import client_rate_limiter
+
+    assert client_rate_limiter(float("inf"), 10) is None  # Go's rate.Inf: every request allowed

@@ -70,7 +70,7 @@ def manager(**options: object) -> Manager:
 
 
 async def start(mgr: Manager) -> None:
-    await mgr._start_server()
+    await mgr._start_server(await mgr._serving_tls())
     assert mgr.server is not None
     mgr.server.authorizer.client = None  # no SubjectAccessReview: a 403 that names the user
 
@@ -187,7 +187,7 @@ async def test_a_failed_lookup_with_an_authentication_kubeconfig_stops_the_start
     mgr = manager(authentication_kubeconfig=kubeconfig(tmp_path))
     try:
         with pytest.raises(ManagerError) as err:
-            await mgr._start_server()
+            await mgr._start_server(await mgr._serving_tls())
         assert str(err.value) == f"unable to load configmap based request-header-client-ca-file: {FORBIDDEN}"
         assert mgr.server is None
     finally:
@@ -206,7 +206,7 @@ async def test_a_tolerated_failure_or_a_missing_configmap_only_warns(
     mgr = manager(authentication_kubeconfig=kubeconfig(tmp_path), **options)
     try:
         with caplog.at_level(logging.WARNING):
-            await mgr._start_server()
+            await mgr._start_server(await mgr._serving_tls())
         assert mgr.server is not None
         assert any("Client certificates will not be accepted" in r.getMessage() for r in caplog.records)
     finally:
@@ -220,7 +220,7 @@ async def test_in_a_pod_a_failed_lookup_stops_the_start_without_an_authenticatio
     mgr = manager()
     try:
         with pytest.raises(ManagerError, match="unable to load configmap based request-header-client-ca-file"):
-            await mgr._start_server()
+            await mgr._start_server(await mgr._serving_tls())
     finally:
         await stop(mgr)
 
@@ -230,7 +230,7 @@ async def test_with_the_main_credentials_a_failed_lookup_only_warns(monkeypatch,
     calls = lookups(monkeypatch, Forbidden(403, "Forbidden", FORBIDDEN))
     mgr = manager()
     try:
-        await mgr._start_server()
+        await mgr._start_server(await mgr._serving_tls())
         assert mgr.server is not None and calls == ["read"]
     finally:
         await stop(mgr)
@@ -282,7 +282,7 @@ async def test_the_manager_serves_the_cert_dir_pair_unless_a_tls_cert_file_is_gi
     lookups(monkeypatch, None)
     mgr = manager(cert_dir=str(tmp_path))
     try:
-        await mgr._start_server()
+        await mgr._start_server(await mgr._serving_tls())
         served = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", mgr.options.secure_port))
         assert x509.load_pem_x509_certificate(served.encode()) == x509.load_pem_x509_certificates(
             (tmp_path / "kube-controller-manager.crt").read_bytes())[0]
@@ -295,7 +295,14 @@ async def test_the_manager_serves_the_cert_dir_pair_unless_a_tls_cert_file_is_gi
     mgr = manager(cert_dir=str(tmp_path / "unused"), tls_cert_file=str(given / "tls.crt"),
                   tls_private_key_file=str(given / "tls.key"))
     try:
-        await mgr._start_server()
+        await mgr._start_server(await mgr._serving_tls())
         assert not (tmp_path / "unused").exists()
     finally:
         await stop(mgr)
+
+
+def test_a_cert_dir_that_is_a_file_is_not_a_directory(tmp_path: Path) -> None:
+    # KCM: "error creating self-signed certificates: mkdir afile: not a directory"
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ServingError, match=r"^error creating self-signed certificates: Not a directory: .*afile$"):
+        cert_dir_pair(str(tmp_path / "afile"), "127.0.0.1")
