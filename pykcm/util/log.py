@@ -84,6 +84,8 @@ class KlogFormatter(logging.Formatter):
         micros = int(record.created % 1 * 1_000_000)  # LogRecord.msecs has whole milliseconds only
         ts = time.strftime("%m%d %H:%M:%S", time.localtime(record.created)) + f".{micros:06d}"
         kv = getattr(record, "kv", {})
+        if "err" in kv and record.levelno >= logging.ERROR:  # klog's ErrorS writes err first, zapr's JSON last
+            kv = {"err": kv["err"], **kv}
         pairs = "".join(f" {k}={_render(v)}" for k, v in kv.items())
         letter = self._LETTER.get(record.levelno, "I")
         # klog's header ends with the caller's file:line, which klog parsers read (`(\S+):(\d+)\]`).

@@ -128,8 +128,8 @@ async def test_the_namespace_controller_says_it_starts_its_workers_at_v5(
 async def test_the_failure_line_reads_as_kcms_in_text_and_json(caplog: pytest.LogCaptureFixture) -> None:
     [record] = await failed_sync(build(NamespaceController), "gone", caplog)
     text = KlogFormatter().format(record)
-    assert text.endswith('] "Deletion of namespace failed" logger="UnhandledError" namespace="gone"'
-                         ' err="etcd is down"')
+    assert text.endswith('] "Deletion of namespace failed" err="etcd is down" logger="UnhandledError"'
+                         ' namespace="gone"')
     entry = json.loads(JsonFormatter().format(record))
     assert {k: entry[k] for k in ("logger", "msg", "namespace", "err")} == {
         "logger": "UnhandledError", "msg": "Deletion of namespace failed", "namespace": "gone", "err": "etcd is down"}

@@ -43,7 +43,8 @@ def test_text_lines_look_like_klog(capsys):
     assert re.fullmatch(
         r'I\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ test_log\.py:\d+\] "Too few replicas" replicaSet="ns/web" need=3', lines[0]
     )
-    assert lines[1].startswith("E") and lines[1].endswith('replicaSet="ns/web" err="quota exceeded"')
+    # klog's ErrorS (KCM's text lines): err right after the message, then the key-values.
+    assert lines[1].startswith("E") and lines[1].endswith('"Error syncing" err="quota exceeded" replicaSet="ns/web"')
 
 
 def test_json_lines_carry_key_values_and_verbosity(capsys):
@@ -54,6 +55,7 @@ def test_json_lines_carry_key_values_and_verbosity(capsys):
     assert lines[2]["level"] == "error" and lines[2]["err"] == "quota exceeded"
     # component-base's JSON (zapr): an error is the line without "v"; klog writes a warning through Info, "v":0.
     assert "v" not in lines[2] and list(lines[2])[:4] == ["ts", "logger", "caller", "msg"]
+    assert list(lines[2])[-1] == "err"  # zapr's Error adds it after the key-values
     assert lines[3]["v"] == 0 and lines[3]["level"] == "warning"
     # As KCM's JSON: milliseconds since the epoch, and where the line was logged from.
     assert abs(lines[0]["ts"] - time.time() * 1000) < 60_000
