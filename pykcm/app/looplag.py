@@ -15,6 +15,7 @@ it was computing or waiting, then how long the stall lasted once the loop runs a
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import sys
 import sysconfig
@@ -80,7 +81,10 @@ class LoopHeartbeat:
 BLOCKED_REPORT_AFTER = 2.0  # under the Lease thread's heartbeat bound (5 s with KCM's defaults)
 WATCH_PERIOD = 0.25
 COMPUTING_SHARE = 0.1  # of the stall's wall time on the loop thread's CPU clock: computing; a wait uses ~0
-STACK_FRAMES = 8  # innermost frames logged: enough to reach the sync that called the blocking code
+# Frames logged: the innermost (the blocking call) and the outermost (the task's own coroutines:
+# a worker, its sync), so a sync blocked deep inside a library is still named.
+INNER_FRAMES, OUTER_FRAMES = 5, 3
+_COROUTINE_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _STDLIB = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
 
 
@@ -144,13 +148,20 @@ def _thread_cpu(thread_id: int) -> float | None:
 
 
 def _described_stack(frame: FrameType | None) -> list[str]:
-    """The innermost frames outside the standard library (asyncio's own frames say nothing), as
-    "file.py:12 in Class.method", innermost first."""
+    """The frames outside the standard library (asyncio's own frames say nothing), as
+    "file.py:12 in Class.method", innermost first, up to the task's outermost coroutine (what runs
+    the loop is left out); of a deep stack the innermost and the outermost, "..." between them."""
     described: list[str] = []
-    while frame is not None and len(described) < STACK_FRAMES:
+    task_end = 0  # after the outermost coroutine frame seen: the task's own part of the stack
+    while frame is not None:
         code = frame.f_code
         if not code.co_filename.startswith(_STDLIB) or "-packages" in code.co_filename:  # site-, dist-
             name = getattr(code, "co_qualname", code.co_name)
             described.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {name}")
+            if code.co_flags & _COROUTINE_FLAGS:
+                task_end = len(described)
         frame = frame.f_back
+    described = described[:task_end] or described
+    if len(described) > INNER_FRAMES + OUTER_FRAMES:
+        return [*described[:INNER_FRAMES], "...", *described[-OUTER_FRAMES:]]
     return described

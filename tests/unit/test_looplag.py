@@ -87,3 +87,26 @@ def test_a_loop_that_keeps_beating_is_not_reported(caplog) -> None:
         beating()
     watch.stop()
     assert not [r for r in caplog.records if r.name == "pykcm.event-loop"]
+
+
+def _library_call(depth: int) -> None:
+    """Stands for a synchronous client library: many frames between a sync and the blocking call."""
+    if depth:
+        _library_call(depth - 1)
+    else:
+        time.sleep(0.8)
+
+
+def test_a_sync_blocked_deep_in_a_library_is_still_named(caplog) -> None:
+    async def plugin_sync() -> None:
+        _library_call(12)
+
+    async def worker() -> None:
+        await plugin_sync()
+
+    records = _stall_under_watch(caplog, lambda: asyncio.run(worker()))
+    stack = records[0].kv["stack"]
+    assert records[0].kv["at"].endswith(" in _library_call") and "..." in stack
+    # The outermost frames are the task's own, ending at its coroutine: what runs the loop is left out.
+    assert stack[-2].endswith(" in test_a_sync_blocked_deep_in_a_library_is_still_named.<locals>.plugin_sync")
+    assert stack[-1].endswith(" in test_a_sync_blocked_deep_in_a_library_is_still_named.<locals>.worker")
