@@ -4,9 +4,9 @@ namespace once nothing is left (KCM's deletion/namespaced_resources_deleter.go).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from pykcm.client.discovery import (
@@ -22,6 +22,7 @@ from pykcm.client.resources import NAMESPACES, PODS
 from pykcm.client.rest import PARTIAL_METADATA, PARTIAL_METADATA_LIST, RestClient
 from pykcm.controllers.namespace.conditions import ConditionUpdater, ContentTotals, GVRDeletion
 from pykcm.informers.store import Obj
+from pykcm.util.apitime import parse_time
 from pykcm.util.errors import AggregateError
 from pykcm.util.log import Logger, one_line
 
@@ -251,7 +252,7 @@ class NamespacedResourcesDeleter:
             trace.info(msg, namespace=namespace, resource=str(gvr), **kv)
 
     async def _delete_gvr(
-        self, gvr: GroupVersionResource, namespace: str, deleted_at: datetime
+        self, gvr: GroupVersionResource, namespace: str, deleted_at: float
     ) -> tuple[GVRDeletion, BaseException | None]:
         """Delete every object of one type; report what is left and how long to wait for it."""
         step = "Namespace controller - deleteAllContentForGroupVersionResource"
@@ -333,7 +334,7 @@ class NamespacedResourcesDeleter:
                 continue
 
     async def _estimate_graceful_termination(
-        self, gvr: GroupVersionResource, namespace: str, deleted_at: datetime
+        self, gvr: GroupVersionResource, namespace: str, deleted_at: float
     ) -> int:
         """Pods' longest grace period, or 0 once that much time has passed since the deletion."""
         self.log.v(5).info("Namespace controller - estimateGracefulTermination", group=gvr.group, resource=gvr.resource)
@@ -351,19 +352,20 @@ class NamespacedResourcesDeleter:
             token = page.get("metadata", {}).get("continue") or ""
             if not token:
                 break
-        if (datetime.now(UTC) - deleted_at).total_seconds() >= estimate:
+        if time.time() - deleted_at >= estimate:
             return 0
         return estimate
 
 
-def _deletion_timestamp(namespace: Obj) -> datetime | None:
+def _deletion_timestamp(namespace: Obj) -> float | None:
+    """The namespace's deletionTimestamp in Unix seconds; None when it is not being deleted."""
     stamp = namespace.get("metadata", {}).get("deletionTimestamp")
     if not stamp:
         return None
-    try:
-        return datetime.fromisoformat(stamp)
-    except ValueError:
-        return datetime.now(UTC)  # unparseable: act as if just deleted rather than crash
+    deleted_at = parse_time(stamp)
+    if deleted_at is None:
+        return time.time()  # unparseable: act as if just deleted rather than crash
+    return deleted_at
 
 
 def _raise_if_any(errors: list[BaseException]) -> None:

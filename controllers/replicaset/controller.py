@@ -43,7 +43,6 @@ from pykcm.controller.podutil import (
     is_pod_ready,
     is_pod_terminating,
     min_next_availability_check,
-    pod_key,
 )
 from pykcm.controller.selectors import Selector, SelectorError, selector_from_label_selector
 from pykcm.informers.projection import union
@@ -219,7 +218,7 @@ class ReplicaSetController(Controller):
             if rs is None:
                 return
             key = object_key(rs)
-            self.log.v(4).info("Pod created", pod=pod_key(pod), replicaSet=key)
+            self.log.v(4).info("Pod created", pod=object_key(pod), replicaSet=key)
             self.expectations.creation_observed(key)
             self.queue.add(key)
             return
@@ -252,7 +251,7 @@ class ReplicaSetController(Controller):
             min_ready = min_ready_seconds(rs)
             if min_ready > 0 and not is_pod_ready(old) and is_pod_ready(cur):
                 # Look again when this pod should count as available.
-                self.log.v(2).info("Pod will be enqueued after a while for availability check", pod=pod_key(cur))
+                self.log.v(2).info("Pod will be enqueued after a while for availability check", pod=object_key(cur))
                 self.enqueue_after(rs, min_ready)
             return
         if labels_changed or ref_changed:
@@ -268,8 +267,8 @@ class ReplicaSetController(Controller):
         if rs is None:
             return
         key = object_key(rs)
-        self.log.v(4).info("Pod deleted", pod=pod_key(pod), replicaSet=key)
-        self.expectations.deletion_observed(key, pod_key(pod))
+        self.log.v(4).info("Pod deleted", pod=object_key(pod), replicaSet=key)
+        self.expectations.deletion_observed(key, object_key(pod))
         self.queue.add(key)
 
     def pod_written(self, pod: Obj) -> None:
@@ -416,7 +415,7 @@ class ReplicaSetController(Controller):
         self.log.v(2).info("Too many replicas", replicaSet=key, need=spec_replicas(rs), deleting=count)
         victims = pods_to_delete(active, self.related_pods(rs), count, use_deletion_cost=self.use_deletion_cost)
         # Expect these exact pods, so "deletionTimestamp set" and "deleted" count once each.
-        self.expectations.expect_deletions(key, [pod_key(p) for p in victims])
+        self.expectations.expect_deletions(key, [object_key(p) for p in victims])
         errors = await asyncio.gather(*(self.delete_one(rs, key, pod) for pod in victims))
         return next((e for e in errors if e is not None), None)
 
@@ -425,9 +424,9 @@ class ReplicaSetController(Controller):
             await self.pod_control.delete_pod(rs["metadata"]["namespace"], pod["metadata"]["name"], rs)
         except Exception as err:
             # The informer won't observe a deletion that didn't happen.
-            self.expectations.deletion_observed(key, pod_key(pod))
+            self.expectations.deletion_observed(key, object_key(pod))
             if isinstance(err, NotFound):
                 return None
-            self.log.v(2).info("Failed to delete pod, decremented expectations", pod=pod_key(pod), replicaSet=key)
+            self.log.v(2).info("Failed to delete pod, decremented expectations", pod=object_key(pod), replicaSet=key)
             return err
         return None

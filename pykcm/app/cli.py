@@ -16,17 +16,14 @@ import typer
 from pykcm import __version__
 from pykcm.app import eventloop, featuregates, flagz, kcmflags, localrun, stackdump
 from pykcm.app.configz import canonical_controllers
-from pykcm.app.options import (
-    Options,
-    OptionsError,
-    format_duration,
-    parse_duration,
-    resolve_controllers,
-)
+from pykcm.app.options import Options, OptionsError, resolve_controllers
 from pykcm.util import log as logging_setup
+from pykcm.util.durations import DurationError, go_duration, parse_duration
 from pykcm.util.errors import os_error_message
 
-# typer may vendor its own click; take the exception classes from typer's hierarchy, not `import click`.
+# Recent typer vendors click as the private `typer._click`, whose exceptions are not click's: typer reports
+# only its own as usage errors (a `click.UsageError` would end in a traceback). So both classes are taken
+# from the bases of typer's public BadParameter, which works whichever click typer uses.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
@@ -58,7 +55,7 @@ class LogFormat(enum.StrEnum):
 def _duration(flag: str, text: str) -> float:
     try:
         return parse_duration(text)
-    except OptionsError as err:
+    except DurationError as err:
         raise typer.BadParameter(str(err), param_hint=flag) from None
 
 
@@ -104,19 +101,19 @@ def run(
     controllers: Annotated[str, typer.Option(help="Controllers to enable: 'foo' enables 'foo', '-foo' disables 'foo' (the first entry naming a controller wins), '*' enables every other on-by-default controller.")] = "*",
     concurrent_replicaset_syncs: Annotated[int, typer.Option(help="ReplicaSets allowed to sync concurrently.")] = _defaults.concurrent_replicaset_syncs,
     concurrent_namespace_syncs: Annotated[int, typer.Option(help="Namespace objects allowed to sync concurrently.")] = _defaults.concurrent_namespace_syncs,
-    namespace_sync_period: Annotated[str, typer.Option(help="Period for re-checking terminating namespaces.")] = format_duration(_defaults.namespace_sync_period),
+    namespace_sync_period: Annotated[str, typer.Option(help="Period for re-checking terminating namespaces.")] = go_duration(_defaults.namespace_sync_period),
     kube_api_qps: Annotated[float, typer.Option(help="QPS to use while talking with the Kubernetes API server; 0 is client-go's default (5), negative turns client-side limiting off.")] = _defaults.kube_api_qps,
     kube_api_burst: Annotated[int, typer.Option(help="Burst to use while talking with the Kubernetes API server; 0, with --kube-api-qps=0 only, is client-go's default (10).")] = _defaults.kube_api_burst,
     kube_api_content_type: Annotated[str, typer.Option(help="Content type of requests sent to the API server: application/vnd.kubernetes.protobuf reads the pods watch as protobuf (every other request stays JSON), application/json reads everything as JSON.")] = _defaults.kube_api_content_type,
-    controller_shutdown_timeout: Annotated[str, typer.Option(help="On SIGTERM, how long syncs already running may finish (no new one starts) before the Lease is released; KCM's default is 10s.")] = format_duration(_defaults.controller_shutdown_timeout),
-    min_resync_period: Annotated[str, typer.Option(help="Resync period of informers: random between this and twice this.")] = format_duration(_defaults.min_resync_period),
+    controller_shutdown_timeout: Annotated[str, typer.Option(help="On SIGTERM, how long syncs already running may finish (no new one starts) before the Lease is released; KCM's default is 10s.")] = go_duration(_defaults.controller_shutdown_timeout),
+    min_resync_period: Annotated[str, typer.Option(help="Resync period of informers: random between this and twice this.")] = go_duration(_defaults.min_resync_period),
     local: Annotated[bool, typer.Option("--local", help="Start a real local cluster (etcd, kube-apiserver, kube-controller-manager with every other controller, kube-scheduler, simulated nodes) and run against it; pykcm then serves on 127.0.0.1 unless --bind-address is given.")] = False,
     local_nodes: Annotated[int, typer.Option(min=0, callback=_local_nodes, help="Simulated nodes of the --local cluster; 0 for a bare apiserver without scheduler or KCM.")] = 3,
     use_service_account_credentials: Annotated[bool, typer.Option("--use-service-account-credentials/--no-use-service-account-credentials", help="Run each controller as its own ServiceAccount in kube-system (tokens from TokenRequest); shared informers keep the main credentials.")] = False,
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect", help="Run leader election (a Lease) and start controllers only while leading. KCM's --leader-elect=false also works.")] = _defaults.leader_elect,
-    leader_elect_lease_duration: Annotated[str, typer.Option(help="How long a standby waits after the last observed renewal before taking over.")] = format_duration(_defaults.leader_elect_lease_duration),
-    leader_elect_renew_deadline: Annotated[str, typer.Option(help="How long the leader keeps retrying a renewal before it gives up leading (and exits).")] = format_duration(_defaults.leader_elect_renew_deadline),
-    leader_elect_retry_period: Annotated[str, typer.Option(help="How long candidates wait between attempts to acquire or renew.")] = format_duration(_defaults.leader_elect_retry_period),
+    leader_elect_lease_duration: Annotated[str, typer.Option(help="How long a standby waits after the last observed renewal before taking over.")] = go_duration(_defaults.leader_elect_lease_duration),
+    leader_elect_renew_deadline: Annotated[str, typer.Option(help="How long the leader keeps retrying a renewal before it gives up leading (and exits).")] = go_duration(_defaults.leader_elect_renew_deadline),
+    leader_elect_retry_period: Annotated[str, typer.Option(help="How long candidates wait between attempts to acquire or renew.")] = go_duration(_defaults.leader_elect_retry_period),
     leader_elect_resource_lock: Annotated[str, typer.Option(help="The lock object type; only 'leases' exists.")] = _defaults.leader_elect_resource_lock,
     leader_elect_resource_name: Annotated[str, typer.Option(help="Name of the Lease used for leader election.")] = _defaults.leader_elect_resource_name,
     leader_elect_resource_namespace: Annotated[str, typer.Option(help="Namespace of the Lease used for leader election.")] = _defaults.leader_elect_resource_namespace,

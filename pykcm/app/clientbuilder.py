@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import time
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from pykcm.client.config import bearer_token_config
 from pykcm.client.errors import AlreadyExists, ApiError, NotFound, TransportError
 from pykcm.client.resources import NAMESPACES, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
+from pykcm.util.apitime import parse_time
 from pykcm.util.backoff import Backoff
 from pykcm.util.durations import go_duration
 from pykcm.util.log import get_logger
@@ -101,8 +101,11 @@ class ServiceAccountClientBuilder:
         path = SERVICEACCOUNTS.path(self.namespace, name, "token")
         response = await self.root.request("POST", path, body=body)
         status = response["status"]
-        expires_at = datetime.datetime.fromisoformat(status["expirationTimestamp"].replace("Z", "+00:00"))
-        lifetime = (expires_at - datetime.datetime.now(datetime.UTC)).total_seconds()
+        stamp = status.get("expirationTimestamp")
+        expires_at = parse_time(stamp)
+        if expires_at is None:  # no renewal could be scheduled: fail this request like any other bad answer
+            raise ValueError(f"TokenRequest answer without a valid expirationTimestamp: {stamp!r}")
+        lifetime = expires_at - time.time()
         now = time.monotonic()
         return _Token(status["token"], now + lifetime, now)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pykcm.app import featuregates
-from pykcm.app.options import format_duration, parse_duration
+from pykcm.util.durations import go_duration, parse_duration
 
 # pflag's StringSlice flags print as [a,b]; its durations as Go's Duration.String().
 LIST_FLAGS = frozenset({"controllers", "authorization-always-allow-paths", "tls-cipher-suites"})
@@ -40,7 +40,7 @@ def pflag_text(name: str, value: Any) -> str:
     if name in LIST_FLAGS:
         return "[" + ",".join(part.strip() for part in text.split(",") if part.strip()) + "]"
     if name in DURATION_FLAGS:
-        return format_duration(parse_duration(text))  # already validated by the command
+        return go_duration(parse_duration(text))  # already validated by the command
     if name == "feature-gates":
         return featuregates.flag_text(text)  # component-base's colonSeparatedMultimapStringString
     return text

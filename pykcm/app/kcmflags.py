@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pykcm.app.featuregates import go_bool, go_quote
-from pykcm.app.options import FLOAT32_LIMIT, OptionsError, parse_bool, parse_duration
+from pykcm.app.options import FLOAT32_LIMIT, OptionsError, parse_bool
+from pykcm.util.durations import DurationError, parse_duration
 
 
 def _words(text: str) -> frozenset[str]:
@@ -192,7 +193,7 @@ def _value_error(flag: str, text: str) -> str | None:
     if flag in IGNORED_DURATION_FLAGS:
         try:
             parse_duration(text)
-        except OptionsError:
+        except DurationError:
             missing_unit = re.fullmatch(r"[+-]?[0-9]*\.?[0-9]*", text) and any(c.isdigit() for c in text)
             return f"time: {'missing unit in' if missing_unit else 'invalid'} duration {go_quote(text)}"
         return None

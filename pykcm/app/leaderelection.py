@@ -208,9 +208,6 @@ class LeaderElector:
         """Whether the record this process last saw (or wrote) names it as holder."""
         return self.observed_record.holder_identity == self.identity
 
-    def leader(self) -> str:
-        return self.observed_record.holder_identity
-
     def _lease_valid(self, now: float) -> bool:
         return self.observed_time + self.observed_record.lease_duration_seconds > now
 
@@ -224,7 +221,7 @@ class LeaderElector:
 
     async def try_acquire_or_renew(self) -> bool:
         """One attempt to take or keep the lease; False means "not leader after this round"."""
-        if self._refused():
+        if self._lease_writes_paused():
             return False
         now = self._clock()
         stamp = micro_time(self._wall_clock())
@@ -307,7 +304,7 @@ class LeaderElector:
         log.error(None, message, lease=self._desc(), **kv)
         return False
 
-    def _refused(self) -> bool:
+    def _lease_writes_paused(self) -> bool:
         """Whether `may_write` forbids this round; logs when that starts and ends."""
         reason = self._may_write() or ""
         if reason != self._refusal:

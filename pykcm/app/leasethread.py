@@ -150,7 +150,7 @@ class ThreadedElector:
         if not await self._with_stop(stop, self.elector.acquire):
             return False
         self._fenced.clear()
-        self._fence.arm(lambda: self.elector.renew_sent, fence_window(self.config), self._refused)
+        self._fence.arm(lambda: self.elector.renew_sent, fence_window(self.config), self._on_write_refused)
         return True
 
     async def renew(self, stop: asyncio.Event) -> bool:
@@ -171,7 +171,7 @@ class ThreadedElector:
         metrics.leader_election_master_status.labels(self.elector.name).set(0)
         return False
 
-    def _refused(self, request: str, reason: str) -> None:
+    def _on_write_refused(self, request: str, reason: str) -> None:
         """Called by the fence on the main loop, for the first refused write and any after it."""
         self._fence.shut(reason)
         if not self._fenced.is_set():

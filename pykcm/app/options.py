@@ -1,10 +1,11 @@
-"""Command-line values turned into validated options: Go durations, the --controllers list, feature gates."""
+"""Command-line values turned into validated options: the --controllers list, booleans, feature gates
+(Go durations are parsed in pykcm/util/durations.py)."""
 
 from __future__ import annotations
 
 import ipaddress
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -13,55 +14,13 @@ from pykcm.client.protobuf import PROTOBUF
 from pykcm.client.rest import JSON
 from pykcm.serving.authz import misplaced_star
 from pykcm.serving.tlspolicy import tls_policy
-from pykcm.util.durations import go_duration as format_duration  # the inverse of parse_duration, as Go writes it
+from pykcm.util.durations import go_duration
 
-# Go's time.ParseDuration, on integer nanoseconds: both spellings of micro (U+00B5, U+03BC).
-_UNIT_NS = {"ns": 1, "us": 1_000, "\u00b5s": 1_000, "\u03bcs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
-            "m": 60_000_000_000, "h": 3_600_000_000_000}
-_GO_MAX_NS, _GO_MAX = (1 << 63) - 1, "2562047h47m16.854775807s"  # time.Duration's maximum
-_DIGITS = "0123456789"
 INT32_MAX = (1 << 31) - 1  # a Lease's leaseDurationSeconds
 
 
 class OptionsError(ValueError):
     """A flag value the user must fix; the message is one line."""
-
-
-def parse_duration(text: str) -> float:
-    """Go's time.ParseDuration: `15s`, `5m`, `1h30m`, `-1.5h`, `0`; returns seconds. What Go refuses
-    is refused: a number without unit, spaces, more than time.Duration holds (about 292 years)."""
-    value, negative = text, text[:1] == "-"
-    if value[:1] in ("-", "+"):
-        value = value[1:]
-    if value == "0":
-        return 0.0
-    if not value:
-        raise OptionsError(f"invalid duration {text!r}")
-    total = 0
-    while value:
-        whole, value = _split_while(value, lambda c: c in _DIGITS)
-        fraction = ""
-        if value[:1] == ".":
-            fraction, value = _split_while(value[1:], lambda c: c in _DIGITS)
-        unit, value = _split_while(value, lambda c: c not in _DIGITS and c != ".")
-        if not (whole or fraction) or unit not in _UNIT_NS:
-            raise OptionsError(f"invalid duration {text!r} (use Go syntax such as 15s, 5m, 1h30m)")
-        if len(whole.lstrip("0")) > 19:  # more than Go's uint64 holds; int() would take its time
-            total = _GO_MAX_NS + 2
-            break
-        fraction = fraction[:19]  # Go stops adding digits where nanoseconds end
-        total += int(whole or 0) * _UNIT_NS[unit] + int(fraction or 0) * _UNIT_NS[unit] // 10 ** len(fraction)
-    if total > _GO_MAX_NS + negative:
-        raise OptionsError(f"invalid duration {text!r}: more than Go's maximum, {_GO_MAX}")
-    return (-total if negative else total) / 1e9
-
-
-def _split_while(text: str, keep: Callable[[str], bool]) -> tuple[str, str]:
-    """`text` cut after its longest prefix whose characters `keep` accepts."""
-    end = 0
-    while end < len(text) and keep(text[end]):
-        end += 1
-    return text[:end], text[end:]
 
 
 class RegisteredController(Protocol):
@@ -74,7 +33,7 @@ class RegisteredController(Protocol):
 
 @dataclass(frozen=True)
 class ControllerInfo:
-    """A registered controller described by value, for tests and documentation."""
+    """A registered controller described by value, without its class (the tests use it)."""
 
     name: str
     aliases: tuple[str, ...] = ()
@@ -227,18 +186,18 @@ class Options:
             )
         if int(lease) > INT32_MAX:  # client-go writes int32(whole seconds): KCM's Lease would be refused or wrap
             raise OptionsError(
-                f"--leader-elect-lease-duration ({format_duration(lease)}) is more than a Lease holds: "
+                f"--leader-elect-lease-duration ({go_duration(lease)}) is more than a Lease holds: "
                 f"its leaseDurationSeconds is an int32, at most {INT32_MAX}s"
             )
         if lease <= renew:
             raise OptionsError(
-                f"--leader-elect-lease-duration ({format_duration(lease)}) must be greater than "
-                f"--leader-elect-renew-deadline ({format_duration(renew)})"
+                f"--leader-elect-lease-duration ({go_duration(lease)}) must be greater than "
+                f"--leader-elect-renew-deadline ({go_duration(renew)})"
             )
         if renew <= LEADER_ELECTION_JITTER * retry:
             raise OptionsError(
-                f"--leader-elect-renew-deadline ({format_duration(renew)}) must be greater than "
-                f"{LEADER_ELECTION_JITTER} x --leader-elect-retry-period ({format_duration(retry)})"
+                f"--leader-elect-renew-deadline ({go_duration(renew)}) must be greater than "
+                f"{LEADER_ELECTION_JITTER} x --leader-elect-retry-period ({go_duration(retry)})"
             )
         if not self.leader_elect_resource_name or not self.leader_elect_resource_namespace:
             raise OptionsError("--leader-elect-resource-name and --leader-elect-resource-namespace must not be empty")

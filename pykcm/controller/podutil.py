@@ -45,11 +45,6 @@ POD_FIELDS: Projection = {
 }
 
 
-def pod_key(pod: Obj) -> str:
-    meta = pod["metadata"]
-    return f"{meta.get('namespace', '')}/{meta['name']}"
-
-
 # -- lifecycle --------------------------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -104,10 +105,11 @@ class Indexer:
     def get_by(self, namespace: str | None, name: str) -> Obj | None:
         return self._items.get(f"{namespace}/{name}" if namespace else name)
 
-    def list(self) -> list[Obj]:
+    # `list` is client-go's List; inside this class the name is the method, so annotations say builtins.list.
+    def list(self) -> builtins.list[Obj]:
         return list(self._items.values())
 
-    def keys(self) -> list[str]:
+    def keys(self) -> builtins.list[str]:
         return list(self._items)
 
     def __len__(self) -> int:
@@ -116,14 +118,14 @@ class Indexer:
     def __contains__(self, key: object) -> bool:
         return key in self._items
 
-    def by_index(self, index: str, value: str) -> list[Obj]:
+    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
         keys = self._indices[index].get(value, ())
         return [self._items[k] for k in keys]
 
-    def index_keys(self, index: str, value: str) -> list[str]:
+    def index_keys(self, index: str, value: str) -> builtins.list[str]:
         return list(self._indices[index].get(value, ()))
 
-    def in_namespace(self, namespace: str) -> list[Obj]:
+    def in_namespace(self, namespace: str) -> builtins.list[Obj]:
         return self.by_index(NAMESPACE_INDEX, namespace)
 
     # -- internals ------------------------------------------------------------------------------------

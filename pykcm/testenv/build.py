@@ -6,7 +6,7 @@ compiled packages) into a user-cache directory per Kubernetes version, where eac
 while its wrapper and the modules it links are unchanged (see buildcache.py). The core
 (kube-apiserver, etcd, kube-controller-manager, kubectl) is built on first use; kube-scheduler
 only once a cluster with nodes is asked for; kubelet and kube-proxy only for a real node; kubeadm
-only for the kind node image (kindimage.py), which takes all of them.
+only for the kind node image (kind/nodeimage.py), which takes all of them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import json
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -221,15 +221,6 @@ def stop_kwok(directory: Path | str, timeout: float = STOP_TIMEOUT) -> None:
     path = Path(directory) / STATE_FILE
     with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
         ManagedProcess.from_json(KWOK, json.loads(path.read_text())).stop(timeout)
-
-
-@contextlib.contextmanager
-def running_kwok(kubeconfig: Path | str, directory: Path | str, **kwargs: Any) -> Iterator[ManagedProcess]:
-    proc = start_kwok(kubeconfig, directory, **kwargs)
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 # ----- nodes

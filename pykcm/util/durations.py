@@ -1,6 +1,9 @@
-"""Durations written as Go's time.Duration.String() writes them, as klog shows them in KCM's logs."""
+"""Go's time.Duration as text: written as Duration.String() writes it (as klog shows it in KCM's logs),
+and parsed as time.ParseDuration parses it (as KCM's duration flags take it)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 _UNITS = ((1_000, "ns"), (1_000_000, "µs"), (1_000_000_000, "ms"))
 
@@ -30,3 +33,51 @@ def _decimal(value: int, unit: int) -> str:
         return str(whole)
     digits = len(str(unit)) - 1
     return f"{whole}.{fraction:0{digits}d}".rstrip("0")
+
+
+# Go's time.ParseDuration, on integer nanoseconds: both spellings of micro (U+00B5, U+03BC).
+_UNIT_NS = {"ns": 1, "us": 1_000, "\u00b5s": 1_000, "\u03bcs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
+            "m": 60_000_000_000, "h": 3_600_000_000_000}
+_GO_MAX_NS, _GO_MAX = (1 << 63) - 1, "2562047h47m16.854775807s"  # time.Duration's maximum
+_DIGITS = "0123456789"
+
+
+class DurationError(ValueError):
+    """Text that Go's time.ParseDuration refuses; the message is one line, for the user."""
+
+
+def parse_duration(text: str) -> float:
+    """Go's time.ParseDuration: `15s`, `5m`, `1h30m`, `-1.5h`, `0`; returns seconds. What Go refuses
+    is refused: a number without unit, spaces, more than time.Duration holds (about 292 years)."""
+    value, negative = text, text[:1] == "-"
+    if value[:1] in ("-", "+"):
+        value = value[1:]
+    if value == "0":
+        return 0.0
+    if not value:
+        raise DurationError(f"invalid duration {text!r}")
+    total = 0
+    while value:
+        whole, value = _split_while(value, lambda c: c in _DIGITS)
+        fraction = ""
+        if value[:1] == ".":
+            fraction, value = _split_while(value[1:], lambda c: c in _DIGITS)
+        unit, value = _split_while(value, lambda c: c not in _DIGITS and c != ".")
+        if not (whole or fraction) or unit not in _UNIT_NS:
+            raise DurationError(f"invalid duration {text!r} (use Go syntax such as 15s, 5m, 1h30m)")
+        if len(whole.lstrip("0")) > 19:  # more than Go's uint64 holds; int() would take its time
+            total = _GO_MAX_NS + 2
+            break
+        fraction = fraction[:19]  # Go stops adding digits where nanoseconds end
+        total += int(whole or 0) * _UNIT_NS[unit] + int(fraction or 0) * _UNIT_NS[unit] // 10 ** len(fraction)
+    if total > _GO_MAX_NS + negative:
+        raise DurationError(f"invalid duration {text!r}: more than Go's maximum, {_GO_MAX}")
+    return (-total if negative else total) / 1e9
+
+
+def _split_while(text: str, keep: Callable[[str], bool]) -> tuple[str, str]:
+    """`text` cut after its longest prefix whose characters `keep` accepts."""
+    end = 0
+    while end < len(text) and keep(text[end]):
+        end += 1
+    return text[:end], text[end:]

@@ -4,6 +4,8 @@ import asyncio
 import datetime
 import time
 
+import pytest
+
 from pykcm.app import clientbuilder
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import Forbidden, NotFound, ServiceUnavailable
@@ -142,3 +144,22 @@ async def test_a_namespace_that_cannot_be_read_is_left_alone_and_the_account_sti
     await clientbuilder.ServiceAccountClientBuilder(root)._ensure_service_account("replicaset-controller")
     assert ("POST", "/api/v1/namespaces") not in root.calls  # KCM creates it only on a NotFound
     assert "replicaset-controller" in root.accounts
+
+
+async def test_a_token_lives_until_its_expiration_timestamp() -> None:
+    builder = clientbuilder.ServiceAccountClientBuilder(FakeRoot(lifetime=3600))
+    token = await builder._request_token("replicaset-controller")
+    assert abs(token.expires - token.received - 3600) < 5
+
+
+async def test_a_token_without_a_readable_expiry_is_a_failed_request() -> None:
+    class BadExpiry(FakeRoot):
+        async def request(self, method, path, **kw):
+            answer = await super().request(method, path, **kw)
+            if path.endswith("/token"):
+                answer["status"]["expirationTimestamp"] = "soon"
+            return answer
+
+    builder = clientbuilder.ServiceAccountClientBuilder(BadExpiry(lifetime=3600))
+    with pytest.raises(ValueError, match="TokenRequest answer without a valid expirationTimestamp: 'soon'"):
+        await builder._request_token("replicaset-controller")

@@ -11,6 +11,7 @@ import copy
 import itertools
 import logging
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,6 +42,7 @@ from pykcm.controllers.namespace.deleter import (
     NamespacedResourcesDeleter,
     NoResourcesDiscovered,
     ResourcesRemaining,
+    _deletion_timestamp,
 )
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.util.errors import AggregateError
@@ -469,3 +471,10 @@ async def test_namespace_missing_from_cache_is_done() -> None:
     controller = await make_controller(api)
     await controller.sync(NS)
     assert api.calls == []
+
+
+def test_the_deletion_timestamp_is_read_as_unix_seconds_and_an_unreadable_one_as_now() -> None:
+    assert _deletion_timestamp({"metadata": {}}) is None
+    assert _deletion_timestamp({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}}) == 1_704_067_200.0
+    unreadable = _deletion_timestamp({"metadata": {"deletionTimestamp": "yesterday"}})
+    assert unreadable is not None and abs(unreadable - time.time()) < 5  # as if just deleted

@@ -1,4 +1,4 @@
-"""Unit tests for pykcm.app.options and the flag handling in pykcm.app.cli: Go durations, --controllers,
+"""Unit tests for pykcm.app.options and the flag handling in pykcm.app.cli: duration flags, --controllers,
 leader-election and serving flags, KCM's `--flag=false` form."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from pykcm.app import cli, kcmflags
-from pykcm.app.options import ControllerInfo, Options, OptionsError, parse_bool, parse_duration, resolve_controllers
+from pykcm.app.options import ControllerInfo, Options, OptionsError, parse_bool, resolve_controllers
 
 KNOWN = [
     ControllerInfo("serviceaccount-token-controller", ("serviceaccount-token",)),
@@ -17,63 +17,6 @@ KNOWN = [
     ControllerInfo("replicaset-controller", ("replicaset",)),
     ControllerInfo("bootstrap-signer-controller", ("bootstrapsigner",), enabled_by_default=False),
 ]
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("15s", 15.0),
-        ("0", 0.0),
-        ("5m", 300.0),
-        ("1h30m", 5400.0),
-        ("1.5h", 5400.0),
-        ("-1.5h", -5400.0),
-        ("+2s", 2.0),
-        ("300ms", 0.3),
-        ("10us", 10e-6),
-        ("10µs", 10e-6),
-        ("7ns", 7e-9),
-        (".5s", 0.5),
-        ("2h45m10.5s", 9910.5),
-    ],
-)
-def test_parse_duration_accepts_go_syntax(text: str, seconds: float) -> None:
-    assert parse_duration(text) == pytest.approx(seconds)
-
-
-@pytest.mark.parametrize("text", ["", "15", "1d", "5 m", "s", "1h-5m", "--1s", "abc", "1.2.3s", ".s", "+", "\u0661s"])
-def test_parse_duration_rejects_what_go_rejects(text: str) -> None:
-    with pytest.raises(OptionsError):
-        parse_duration(text)
-
-
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("2562047h47m16.854775807s", 9223372036.854775807),  # time.Duration's maximum
-    ("-2562047h47m16.854775808s", -9223372036.854775808),  # and its minimum
-    ("9223372036s", 9223372036.0),
-    ("1.s", 1.0),
-    ("10\u03bcs", 10e-6),  # Go's other micro sign
-    ("1.0000000001999999999999s", 1.0),  # digits past the nanosecond are dropped
-])
-def test_parse_duration_accepts_go_durations_to_the_limits(text: str, seconds: float) -> None:
-    assert parse_duration(text) == pytest.approx(seconds, abs=1e-9)
-
-
-@pytest.mark.parametrize("text", [
-    "99999999999h", "2562047h47m16.854775808s", "-2562047h47m16.854775809s", "9223372037s", "1" + "0" * 40 + "h",
-    "1" + "0" * 5000 + "s",  # no int() of a huge number: a one-line error at once
-])
-def test_parse_duration_refuses_more_than_go_holds(text: str) -> None:
-    # KCM: invalid argument "99999999999h" for "--leader-elect-lease-duration" flag: time: invalid duration ...
-    with pytest.raises(OptionsError, match=r"more than Go's maximum, 2562047h47m16\.854775807s"):
-        parse_duration(text)
-
-
-@pytest.mark.parametrize("text", [" 15s", "15s ", "\t15s", "15s\n"])
-def test_parse_duration_does_not_strip_spaces_as_go_does_not(text: str) -> None:
-    # KCM: invalid argument " 15s" for "--leader-elect-lease-duration" flag: time: invalid duration " 15s"
-    with pytest.raises(OptionsError, match="invalid duration"):
-        parse_duration(text)
 
 
 @pytest.mark.parametrize(
