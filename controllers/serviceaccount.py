@@ -2,8 +2,10 @@
 
 This is the example to copy when writing a controller. The shape is always the same:
 
-1. Declare the controller: its KCM name and aliases, its client and queue names, workers, and
-   the lines the runtime logs for it (`log_lines`; without it, generic ones naming the controller).
+1. Declare the controller. Only `name` is required; every other class attribute below is
+   optional, with its default in its comment (`log_lines`, KCM's lines, is for built-ins: a plugin
+   leaves it out and gets generic lines naming the controller; `enabled_by_default`, unset here,
+   is True: the controller runs under a plain `pykcm run`).
 2. In __init__, ask the shared informer factory for the caches you read and register event
    handlers that turn changes into *keys* on the work queue. Handlers only enqueue.
 3. Write sync(key): read the latest state from the cache, compare it with what should be,
@@ -23,12 +25,14 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 
 
 class ServiceAccountController(Controller):
-    name = "serviceaccount-controller"
-    aliases = ("serviceaccount",)
+    name = "serviceaccount-controller"  # required: --controllers, metrics, Events and logs name it so
+    aliases = ("serviceaccount",)  # default (): other words --controllers accepts
+    # Default `name`. The user agent and, with --use-service-account-credentials, the ServiceAccount it
+    # runs as (RBAC binds that name): KCM's account for this controller is spelt differently from `name`.
     client_name = "service-account-controller"
-    queue_name = "serviceaccount"
-    workers = 1  # KCM runs this controller with a single worker; there is no flag for it
-    # KCM's lines (serviceaccounts_controller.go); KEY is the work-queue key, here a namespace name.
+    queue_name = "serviceaccount"  # default: the first alias, else `name`; the workqueue metrics label
+    workers = 1  # default 1; KCM has no flag for this one (`workers_option` names one of pykcm's flags)
+    # Default: generic lines. KCM's (serviceaccounts_controller.go); KEY is the work-queue key, here a namespace.
     log_lines = LogLines(
         start=Line("Starting service account controller"),
         stop=Line("Shutting down service account controller"),
@@ -40,7 +44,8 @@ class ServiceAccountController(Controller):
         super().__init__(ctx)
         self.namespaces = self.informers.informer(NAMESPACES)
         self.service_accounts = self.informers.informer(SERVICEACCOUNTS)
-        # Keys are namespace names. Any namespace add/update re-checks it; resync is off as in KCM.
+        # Keys are namespace names. Any namespace add/update re-checks it. resync=0: no periodic replay of
+        # the cache as updates (the default, --min-resync-period, replays it every 12-24 h); off as in KCM.
         self.namespaces.add_event_handler(
             on_add=self.enqueue,
             on_update=lambda _old, new: self.enqueue(new),
@@ -70,4 +75,5 @@ class ServiceAccountController(Controller):
             if err.has_cause(NAMESPACE_TERMINATING_CAUSE):
                 return  # the namespace started terminating after our cache saw it Active
             raise
-        self.log.info("Created service account", serviceAccount=f"{key}/{DEFAULT_SERVICE_ACCOUNT}")
+        # Not one of KCM's lines (it logs nothing on a create): debug detail, at V(4) as its "Finished syncing".
+        self.log.v(4).info("Created service account", serviceAccount=f"{key}/{DEFAULT_SERVICE_ACCOUNT}")

@@ -189,7 +189,7 @@ def run(
     logging_setup.setup(verbosity, logging_format.value)
     ctx.ensure_object(dict)["log_format"] = logging_format.value  # main's last line follows it
 
-    from pykcm.controller import discover_controllers
+    from pykcm.controller import controllers_for
 
     for gate, value in featuregates.ga_settings(options.feature_gates):
         log.info("Warning: setting GA feature gate. It will be removed in a future release.",
@@ -197,7 +197,7 @@ def run(
     ignored = {"flags": (ctx.obj or {}).get("kcm_ignored"), "featureGates": featuregates.ignored(options.feature_gates)}
     if ignored := {key: names for key, names in ignored.items() if names}:
         log.warning("Ignoring kube-controller-manager flags for what pykcm does not run or serve", **ignored)
-    registry = discover_controllers()
+    registry = controllers_for(options.controllers)  # a broken plugin this run leaves off is only a warning
     ours = {name for info in registry.values() for name in (info.name, *info.aliases)}
     given = options.controllers
     options.controllers, left = kcmflags.left_to_kcm(options.controllers, ours)
@@ -260,12 +260,17 @@ async def _serve(manager, watch: ControlPlane | None = None) -> None:
 @app.command("controllers")
 def list_controllers() -> None:
     """List registered controllers and whether they are on by default."""
-    from pykcm.controller import discover_controllers
+    from pykcm.controller import find_controllers
 
-    for cls in sorted(discover_controllers().values(), key=lambda c: c.name):
+    plugins = find_controllers()
+    for cls in sorted(plugins.controllers.values(), key=lambda c: c.name):
         state = "on" if cls.enabled_by_default else "off"
         aliases = f" (aliases: {', '.join(cls.aliases)})" if cls.aliases else ""
         typer.echo(f"{cls.name}\t{state}{aliases}")
+    for bad in plugins.broken:  # the others are still listed: this command is how one finds the broken one
+        typer.echo(f"pykcm: error: {bad.error}", err=True)
+    if plugins.broken:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -34,6 +34,7 @@ from pykcm.client.fence import WriteFence
 from pykcm.client.kubeconfig import in_cluster
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, ControllerContext
+from pykcm.controller.base import described_with_type
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.serving import zpages
 from pykcm.serving.authn import DelegatingAuthenticator
@@ -54,8 +55,9 @@ EVENT_COMPONENT = "pykcm"  # source of the LeaderElection events (KCM: kube-cont
 APISERVER_HEALTH_TIMEOUT = 10.0  # KCM gives up building its controller context after 10 s
 # On SIGTERM no new sync starts and in-flight ones get --controller-shutdown-timeout (5 s by default,
 # KCM's 10 s: KCM cancels everything at once and waits that long for its controllers to return),
-# then queued events up to EVENTS_FLUSH_TIMEOUT: well inside a pod's 30 s grace, so the Lease is
-# released before the kubelet kills the process. Work cut short is redone by the next leader.
+# then queued events up to EVENTS_FLUSH_TIMEOUT but no longer than that timeout (0: queued events are
+# dropped): well inside a pod's 30 s grace, so the Lease is released before the kubelet kills the
+# process. Work cut short is redone by the next leader.
 EVENTS_FLUSH_TIMEOUT = 2.0
 DELEGATED_AUTH_QPS, DELEGATED_AUTH_BURST = 200.0, 400  # KCM's TokenReview/SubjectAccessReview clients
 
@@ -281,6 +283,10 @@ class Manager:
 
     async def _build_controllers(self) -> None:
         for cls in self.controller_classes:
+            # A plugin cannot add flags: a workers_option naming none of pykcm's would fail only as its workers start.
+            if cls.workers_option is not None and not hasattr(self.options, cls.workers_option):
+                raise ManagerError(f"controller {cls.name!r} cannot be built: its workers_option "
+                                   f"{cls.workers_option!r} is not a pykcm option (see `pykcm run --help`)")
             try:
                 qps, burst = cls.client_limits(self.options.kube_api_qps, self.options.kube_api_burst)
             except Exception as err:  # a plugin's own code: one line, not a traceback
@@ -314,10 +320,14 @@ class Manager:
         finally:
             waiter.cancel()
             all_started.cancel()
-        crashed = [t for t in done if t is not waiter and not t.cancelled() and t.exception()]
+        names = {task: runner.name for task, runner in zip(tasks, self.runners, strict=True)}
+        crashed = [(names[t], err) for t in done if t is not waiter and not t.cancelled() and (err := t.exception())]
+        for name, err in crashed:  # before "Shutting down controllers", which it causes
+            log.error(described_with_type(err), "Controller stopped unexpectedly", controller=name)
         await self._shutdown(tasks)
         if crashed:
-            raise ManagerError(f"controller stopped unexpectedly: {crashed[0].exception()}")
+            name, err = crashed[0]
+            raise ManagerError(f"controller {name!r} stopped unexpectedly: {described_with_type(err)}")
 
     async def _all_started(self) -> None:
         await asyncio.gather(*(r.started.wait() for r in self.runners))
@@ -369,7 +379,7 @@ def raise_open_files_limit() -> None:
 
 
 def _cannot_build(cls: type[Controller], err: Exception) -> ManagerError:
-    return ManagerError(f"controller {cls.name!r} cannot be built: {type(err).__name__}: {err}")
+    return ManagerError(f"controller {cls.name!r} cannot be built: {described_with_type(err)}")
 
 
 def _succeeded(task: asyncio.Task[bool]) -> bool:

@@ -8,17 +8,29 @@ the ``KEY`` slot.
 """
 
 from pykcm.controller.base import KEY, Controller, ControllerContext, Line, LogLines, RequeueAfter, handle_error
-from pykcm.controller.registry import ENTRY_POINT_GROUP, PluginError, discover_controllers
+from pykcm.controller.registry import (
+    ENTRY_POINT_GROUP,
+    BrokenPlugin,
+    PluginError,
+    Plugins,
+    controllers_for,
+    discover_controllers,
+    find_controllers,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "KEY",
+    "BrokenPlugin",
     "Controller",
     "ControllerContext",
     "Line",
     "LogLines",
     "PluginError",
+    "Plugins",
     "RequeueAfter",
+    "controllers_for",
     "discover_controllers",
+    "find_controllers",
     "handle_error",
 ]

@@ -43,7 +43,11 @@ log = get_logger("controller")
 
 
 class RequeueAfter(Exception):
-    """Raised by sync to say "not finished, look again in `seconds`" without error backoff."""
+    """Raised by sync to say "not finished, look again in `seconds`" without error backoff.
+
+    A delay <= 0 (a computed deadline that has already passed) is a rate-limited requeue, as
+    controller-runtime's `Requeue: true`: it backs off like an error (without being logged as one)
+    instead of running the key again at once, which would spin it on the shared event loop."""
 
     def __init__(self, seconds: float) -> None:
         super().__init__(f"requeue after {seconds:g}s")
@@ -212,9 +216,12 @@ class Controller(ABC):
             result, failure = "error", "sync was cancelled by something it awaited"
         except RequeueAfter as again:
             result = "requeue"
-            self.queue.add_after(key, again.seconds)
+            if again.seconds > 0:
+                self.queue.add_after(key, again.seconds)
+            else:  # an immediate re-add would spin the key; the rate limiter backs off until a sync succeeds
+                self.queue.add_rate_limited(key)
         except Exception as err:
-            result, failure = "error", _described(err)
+            result, failure = "error", described(err)
         finally:
             elapsed = time.monotonic() - start
             metrics.controller_sync_duration_by(self.name, result).observe(elapsed)
@@ -231,10 +238,22 @@ class Controller(ABC):
         self.queue.add_rate_limited(key)
 
 
-def _described(err: Exception) -> Exception | str:
+def described(err: BaseException) -> BaseException | str:
     """A built-in exception (KeyError, TypeError, ...) is a bug in the sync, and its message alone
     ("'spec'") says nothing: add its type and where it was raised. API and pykcm errors say enough."""
     if type(err).__module__ != "builtins" or err.__traceback__ is None:
         return err
-    frame = traceback.extract_tb(err.__traceback__)[-1]
-    return f"{type(err).__name__}: {err} (at {os.path.basename(frame.filename)}:{frame.lineno} in {frame.name})"
+    text = f"{type(err).__name__}: {' '.join(str(err).split())}"  # one line: a plugin's load error is printed as is
+    # The innermost frame of real source: `<frozen os>` (os.environ[...]) or importlib's would hide the caller's line.
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith("<")]
+    if not frames:
+        return text
+    frame = frames[-1]
+    return f"{text} (at {os.path.basename(frame.filename)}:{frame.lineno} in {frame.name})"
+
+
+def described_with_type(err: BaseException) -> str:
+    """`described`, and always with the type: for errors that end the run (a plugin that cannot be
+    loaded, built or run), where "No module named 'x'" or "boom" alone hides what kind of failure it is."""
+    text = described(err)
+    return text if isinstance(text, str) else f"{type(err).__name__}: {one_line(err)}"

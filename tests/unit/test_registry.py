@@ -54,7 +54,7 @@ class EntryPoint:
     [
         ([Nameless], r"^controller plugin 'nameless' \(example:Nameless\) has no controller name"),
         ([Plain, Squatter], r"^controller plugin 'squatter' \(example:Squatter\): 'plain' already names "
-                            r"controller 'plain-controller'$"),
+                            r"controller 'plain-controller' of controller plugin 'plain' \(example:Plain\)$"),
     ],
 )
 def test_broken_or_clashing_plugins_are_named(monkeypatch: pytest.MonkeyPatch, classes: list, message: str) -> None:
