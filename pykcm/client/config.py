@@ -32,10 +32,12 @@ from pykcm.client.kubeconfig import (
     load_kubeconfig,
     simple_credentials,
 )
+from pykcm.client.packagefiles import package_files
 from pykcm.client.proxy import parse_proxy, proxy_for
 from pykcm.util.errors import os_error_message
 from pykcm.util.log import get_logger, one_line
-from pykcm.util.pem import read_pem_pair_problem
+from pykcm.util.memfile import transient_path
+from pykcm.util.pem import pem_pair_problem, read_pem_pair_problem
 
 log = get_logger("client-config")
 PLUGIN_TOKEN_PERIOD = 5.0  # seconds between asking the kubernetes package for its (maybe refreshed) token
@@ -59,6 +61,10 @@ class ClientConfig:
     verify_tls: bool = True
     cert_file: str | None = None  # client certificate and key files, re-read when they rotate
     key_file: str | None = None
+    # Inline TLS material (PEM) in place of the files above: kept in memory, never rotated (it cannot change).
+    ca_data: bytes | None = field(default=None, repr=False)
+    cert_data: bytes | None = field(default=None, repr=False)
+    key_data: bytes | None = field(default=None, repr=False)
     server_name: str | None = None  # the name the server's certificate is checked for, if not the host's
     proxy_url: str | None = None  # the proxy to connect through (load_config: proxy-url, else the environment's)
     impersonate: tuple[tuple[str, str], ...] = ()  # Impersonate-* headers sent with every request
@@ -72,8 +78,9 @@ class ClientConfig:
         return replace(self, qps=qps, burst=burst)
 
     def client_tls_context(self) -> ssl.SSLContext:
-        """A fresh client TLS context from the files as they are now (for certificate rotation)."""
-        return tls_context(self.ca_file, self.verify_tls, self.cert_file, self.key_file)
+        """A fresh client TLS context from the files as they are now and the inline data (for certificate rotation)."""
+        return tls_context(self.ca_file, self.verify_tls, self.cert_file, self.key_file,
+                           ca_data=self.ca_data, cert_data=self.cert_data, key_data=self.key_data)
 
 
 # client-go's words, then where pykcm looks (client-go's hint, KUBERNETES_MASTER, is not read here).
@@ -112,7 +119,7 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
         creds.server_name = None  # client-go: a server on the command line clears the kubeconfig's tls-server-name
     if not creds.host:
         raise ConfigError("no API server address: give --kubeconfig or --master")
-    tls = bool(creds.ca_file or creds.cert_file or not creds.verify_tls)
+    tls = bool(creds.ca_file or creds.ca_data or creds.cert_file or creds.cert_data or not creds.verify_tls)
     host = server_url(creds.host, tls)
     proxy = _proxy(host, creds.proxy_url)
     if not host.startswith("https"):
@@ -122,12 +129,16 @@ def load_config(kubeconfig: str | None = None, master: str | None = None, contex
                             impersonate=creds.impersonate, disable_compression=creds.disable_compression)
     return ClientConfig(
         host=host,
-        ssl_context=tls_context(creds.ca_file, creds.verify_tls, creds.cert_file, creds.key_file),
+        ssl_context=tls_context(creds.ca_file, creds.verify_tls, creds.cert_file, creds.key_file,
+                                ca_data=creds.ca_data, cert_data=creds.cert_data, key_data=creds.key_data),
         token_source=creds.token_source,
         ca_file=creds.ca_file,
         verify_tls=creds.verify_tls,
         cert_file=creds.cert_file,
         key_file=creds.key_file,
+        ca_data=creds.ca_data,
+        cert_data=creds.cert_data,
+        key_data=creds.key_data,
         server_name=creds.server_name,
         proxy_url=proxy,
         impersonate=creds.impersonate,
@@ -178,7 +189,7 @@ def _kubeconfig_credentials(paths: list[str], context: str | None, master: str |
         except KubeconfigError as err:
             raise ConfigError(str(err)) from None
         plugin = user.get("exec") or user.get("auth-provider")
-        if plugin and creds.token_source() is None and not creds.cert_file:
+        if plugin and creds.token_source() is None and not (creds.cert_file or creds.cert_data):
             # The package logs a failed plugin and goes on without a token: every request would be
             # system:anonymous's, and the cause one stray line. KCM stops with the plugin's error.
             raise ConfigError(f"getting credentials: {errors[-1] if errors else 'the plugin gave no token'}")
@@ -212,10 +223,12 @@ def _package_credentials(kubeconfig: Kubeconfig | str | None, context: str | Non
     already (a path: that one file); None is the pod's service account."""
     from kubernetes import client as k8s_client  # imported only here: see pykcm.client.kubeconfig
     from kubernetes import config as k8s_config
+    from kubernetes.config import kube_config
     from kubernetes.config.kube_config import KubeConfigLoader
 
     merged = _loaded([kubeconfig]) if isinstance(kubeconfig, str) else kubeconfig
     cfg = k8s_client.Configuration()
+    files = package_files(kube_config)  # inline material (an exec plugin's clientKeyData) in memory, not /tmp
     try:
         if merged is None:
             k8s_config.load_incluster_config(client_configuration=cfg)
@@ -231,12 +244,21 @@ def _package_credentials(kubeconfig: Kubeconfig | str | None, context: str | Non
             loader.load_and_set(cfg)
     except Exception as exc:  # the package raises several unrelated types; the user needs one line
         raise ConfigError(f"invalid configuration: {one_line(exc)}") from None
+    finally:
+        # The bytes are taken below and the package reads none of these paths again: close them now.
+        paths = (cfg.ssl_ca_cert, cfg.cert_file, cfg.key_file)
+        data = [files.content(path) if files else None for path in paths]
+        if files:
+            files.release(*paths)
     return Credentials(
         host=cfg.host or "",
-        ca_file=cfg.ssl_ca_cert,
+        ca_file=None if data[0] else cfg.ssl_ca_cert,
+        ca_data=data[0],
         verify_tls=bool(cfg.verify_ssl),
-        cert_file=cfg.cert_file,
-        key_file=cfg.key_file,
+        cert_file=None if data[1] else cfg.cert_file,
+        cert_data=data[1],
+        key_file=None if data[2] else cfg.key_file,
+        key_data=data[2],
         # The package keeps the token (with its "Bearer " prefix) under "BearerToken", older
         # releases under "authorization"; asking this way also runs exec/OIDC refreshes.
         token_source=PluginToken(lambda: cfg.get_api_key_with_prefix("BearerToken", alias="authorization")),
@@ -306,29 +328,61 @@ def bearer_token_config(base: ClientConfig, token_source: Callable[[], str | Non
     https = base.host.startswith("https")
     return replace(
         base,
-        ssl_context=tls_context(base.ca_file, base.verify_tls) if https else None,
+        ssl_context=tls_context(base.ca_file, base.verify_tls, ca_data=base.ca_data) if https else None,
         token_source=token_source,
         cert_file=None,
         key_file=None,
+        cert_data=None,
+        key_data=None,
         impersonate=(),
         on_unauthorized=on_unauthorized,
     )
 
 
 def tls_context(
-    ca_file: str | None, verify: bool = True, cert_file: str | None = None, key_file: str | None = None
+    ca_file: str | None, verify: bool = True, cert_file: str | None = None, key_file: str | None = None, *,
+    ca_data: bytes | None = None, cert_data: bytes | None = None, key_data: bytes | None = None,
 ) -> ssl.SSLContext:
+    """A client TLS context; each `*_data` (inline PEM) stands in for its file and never touches a disk."""
     try:
-        ctx = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+        if ca_data:  # PEM is ASCII; the ssl module reads a CA bundle from memory
+            ctx = ssl.create_default_context(cadata=ca_data.decode("ascii", "ignore"))
+        else:
+            ctx = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
     except OSError as exc:  # ssl.SSLError is one
         raise ConfigError(f"invalid TLS configuration: certificate authority: {os_error_message(exc)}") from None
     if not verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-    if cert_file:
+    if cert_file or cert_data:
         try:
-            ctx.load_cert_chain(cert_file, key_file)
+            # A certificate and key load only from paths: inline ones through a memory file open
+            # for the load alone (the bytes are kept for the next context), see util/memfile.py.
+            with contextlib.ExitStack() as paths:
+                cert = paths.enter_context(transient_path(cert_data, "pykcm-client-cert")) if cert_data else cert_file
+                key = paths.enter_context(transient_path(key_data, "pykcm-client-key")) if key_data else key_file
+                ctx.load_cert_chain(cert or "", key)
         except OSError as exc:
-            problem = read_pem_pair_problem(cert_file, key_file or cert_file) or os_error_message(exc)
+            problem = _pair_problem(cert_file, key_file, cert_data, key_data) or os_error_message(exc)
             raise ConfigError(f"invalid TLS configuration: client certificate: {problem}") from None
     return ctx
+
+
+def _pair_problem(cert_file: str | None, key_file: str | None, cert_data: bytes | None,
+                  key_data: bytes | None) -> str | None:
+    """Which half of the pair is not PEM, naming its file (or the kubeconfig field of inline data)."""
+    if cert_data is None and key_data is None:
+        return read_pem_pair_problem(cert_file or "", key_file or cert_file or "")
+    try:
+        cert = cert_data if cert_data is not None else _read(cert_file or "")
+        key = key_data if key_data is not None else (_read(key_file) if key_file else cert)
+    except OSError:
+        return None
+    cert_name = cert_file or "client-certificate-data"
+    key_name = key_file or ("client-key-data" if key_data is not None else cert_name)
+    return pem_pair_problem(cert, key, cert_name, key_name)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()

@@ -11,12 +11,10 @@ would refuse is refused first, in one line (kubeconfigcheck.py).
 
 from __future__ import annotations
 
-import atexit
 import base64
 import binascii
 import contextlib
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -51,7 +49,7 @@ class KubeconfigError(Exception):
 
 @dataclass
 class Credentials:
-    """Where the API server is and how to prove who we are, as files and a token source."""
+    """Where the API server is and how to prove who we are: TLS files or inline bytes, a token source."""
 
     host: str
     ca_file: str | None = None
@@ -59,6 +57,10 @@ class Credentials:
     cert_file: str | None = None
     key_file: str | None = None
     token_source: Callable[[], str | None] = field(default=lambda: None, repr=False)
+    # Inline TLS material (PEM), in place of the file of the same name: kept in memory only.
+    ca_data: bytes | None = field(default=None, repr=False)
+    cert_data: bytes | None = field(default=None, repr=False)
+    key_data: bytes | None = field(default=None, repr=False)
     server_name: str | None = None  # tls-server-name: the name the server's certificate is checked for
     proxy_url: str | None = None
     impersonate: tuple[tuple[str, str], ...] = ()  # Impersonate-* headers, in order, names repeated
@@ -332,9 +334,9 @@ def _credentials(cluster: dict[str, Any], user: dict[str, Any], bases: tuple[str
     creds = Credentials(host=server.rstrip("/"), verify_tls=not cluster.get("insecure-skip-tls-verify"),
                         server_name=cluster.get("tls-server-name") or None, proxy_url=cluster.get("proxy-url") or None,
                         disable_compression=bool(cluster.get("disable-compression")))
-    creds.ca_file = _file_or_data(cluster, "certificate-authority", bases[0])
-    creds.cert_file = _file_or_data(user, "client-certificate", bases[1])
-    creds.key_file = _file_or_data(user, "client-key", bases[1])
+    creds.ca_file, creds.ca_data = _file_or_data(cluster, "certificate-authority", bases[0])
+    creds.cert_file, creds.cert_data = _file_or_data(user, "client-certificate", bases[1])
+    creds.key_file, creds.key_data = _file_or_data(user, "client-key", bases[1])
     creds.token_source = _token_source(user, bases[1])
     creds.impersonate = impersonation_headers(user)
     return creds
@@ -382,55 +384,16 @@ def _header_key_escape(key: str) -> str:
     return "".join(chr(b) if b in _HEADER_KEY_BYTES else f"%{b:02X}" for b in key.encode())
 
 
-def _file_or_data(section: dict[str, Any], key: str, base: str) -> str | None:
-    """A path for `key` or `key-data` (data wins, as in client-go); missing files raise OSError."""
+def _file_or_data(section: dict[str, Any], key: str, base: str) -> tuple[str | None, bytes | None]:
+    """The path for `key`, or the bytes of `key-data` (data wins, as in client-go); missing files raise OSError.
+
+    Data stays in memory, as client-go keeps it: a file written for it (a client key) would outlive a
+    killed process. The TLS context is built from the bytes (config.tls_context)."""
     data = section.get(f"{key}-data")
     if data:
-        return _data_file(base64.b64decode(data, validate=True))
+        return None, base64.b64decode(data, validate=True)
     if data is not None and not section.get(key):
         raise ValueError(f"{key}-data is empty")
     if not section.get(key):
-        return None
-    return os.path.normpath(os.path.join(base, section[key]))
-
-
-_data_dir: str | None = None
-DATA_DIR_PREFIX = "pykcm-kubeconfig-"
-
-
-def _data_file(content: bytes) -> str:
-    """A private file holding `content` (TLS material given inline), removed when the process ends.
-
-    The directory is named after the process: one that was killed (no atexit) leaves its own
-    behind, and the next process to need one removes it."""
-    global _data_dir
-    if _data_dir is None:
-        remove_abandoned_data_dirs()
-        _data_dir = tempfile.mkdtemp(prefix=f"{DATA_DIR_PREFIX}{os.getpid()}-")
-        atexit.register(shutil.rmtree, _data_dir, True)
-    fd, path = tempfile.mkstemp(dir=_data_dir)
-    with os.fdopen(fd, "wb") as f:
-        f.write(content)
-    return path
-
-
-def remove_abandoned_data_dirs(tmp: str | None = None) -> None:
-    """Remove this user's data directories whose process is gone (killed before its atexit ran)."""
-    tmp = tmp or tempfile.gettempdir()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(tmp):
-            pid = entry.name.removeprefix(DATA_DIR_PREFIX).split("-", 1)[0]
-            if entry.name.startswith(DATA_DIR_PREFIX) and pid.isdigit() and not _alive(int(pid)):
-                with contextlib.suppress(OSError):
-                    if entry.is_dir(follow_symlinks=False) and entry.stat().st_uid == os.getuid():
-                        shutil.rmtree(entry.path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
+        return None, None
+    return os.path.normpath(os.path.join(base, section[key])), None

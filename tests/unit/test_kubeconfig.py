@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +42,13 @@ def files(tmp_path: Path) -> dict[str, str]:
 
 
 def summary(creds: Credentials) -> tuple[Any, ...]:
-    read = lambda p: Path(p).read_bytes() if p else None  # noqa: E731 - contents: inline data lands in temp files
+    read = lambda p: Path(p).read_bytes() if p else None  # noqa: E731 - contents: a file's, or the inline bytes
     return (
         creds.host,
         creds.verify_tls,
-        read(creds.ca_file),
-        read(creds.cert_file),
-        read(creds.key_file),
+        creds.ca_data or read(creds.ca_file),
+        creds.cert_data or read(creds.cert_file),
+        creds.key_data or read(creds.key_file),
         creds.token_source(),
     )
 
@@ -257,18 +254,3 @@ def test_in_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     )
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT")
     assert kubeconfig.in_cluster() is None
-
-
-def test_a_killed_process_data_dir_is_removed_by_the_next_one(tmp_path: Path) -> None:
-    """Inline TLS data lives in a per-process directory removed at exit; one whose process was
-    killed (no atexit) is removed the next time a process needs one. Live ones are kept."""
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    abandoned = tmp_path / f"{kubeconfig.DATA_DIR_PREFIX}{dead.pid}-abc"
-    mine = tmp_path / f"{kubeconfig.DATA_DIR_PREFIX}{os.getpid()}-def"
-    unnamed = tmp_path / f"{kubeconfig.DATA_DIR_PREFIX}ghijk"  # no process in the name: left alone
-    for directory in (abandoned, mine, unnamed):
-        directory.mkdir()
-        (directory / "key").write_bytes(b"secret")
-    kubeconfig.remove_abandoned_data_dirs(str(tmp_path))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, unnamed.name])
