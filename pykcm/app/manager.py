@@ -98,11 +98,16 @@ class Manager:
         loop_watch = BlockedLoopWatch(self.heartbeat)
         loop_watch.start()
         try:
-            # The serving files first, as KCM reads them from its flags: a missing one is said at once,
-            # not after the apiserver answers.
-            tls = await self._serving_tls() if self.options.secure_port else None
+            # Serving files first, as KCM reads them from its flags: a missing one is said at once, not
+            # after the apiserver answers. A pair made in memory waits (nothing of it can be missing),
+            # so an unreachable apiserver is still the start's one line.
+            opts = self.options
+            files = opts.tls_cert_file or opts.tls_private_key_file or opts.cert_dir or opts.client_ca_file
+            tls = await self._serving_tls() if opts.secure_port and files else None
             if not await self._wait_for_apiserver(stop):
                 return  # stopped while waiting: nothing started yet
+            if opts.secure_port and tls is None:
+                tls = await self._serving_tls()
             await self._start_server(tls)
             if self.options.leader_elect:
                 await self._run_leader_elected(stop)
