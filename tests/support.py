@@ -144,7 +144,7 @@ class PykcmProcess:
 
     def __init__(self, *args: str, log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
-        out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in wait()
+        out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in wait() and kill()
         self._out = out
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pykcm.app.cli", "run", *self.ISOLATION_ARGS, *args],
@@ -188,6 +188,8 @@ class PykcmProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        if hasattr(self._out, "close"):
+            self._out.close()
 
 
 def is_ready(obj: dict[str, Any]) -> bool:
