@@ -34,7 +34,6 @@ from pykcm.client.fence import WriteFence
 from pykcm.client.kubeconfig import in_cluster
 from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, ControllerContext
-from pykcm.controller.base import described_with_type
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.serving import zpages
 from pykcm.serving.authn import DelegatingAuthenticator
@@ -45,6 +44,7 @@ from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import LISTED_PATHS, SecureServer
 from pykcm.serving.tlspolicy import tls_policy
 from pykcm.util import memory
+from pykcm.util.errors import described_with_type
 from pykcm.util.hostport import redacted
 from pykcm.util.log import get_logger, one_line
 from pykcm.util.process import process_start_time

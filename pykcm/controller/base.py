@@ -19,9 +19,7 @@ are shared by every controller and must not be modified: copy before changing.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
@@ -33,6 +31,7 @@ from pykcm.controller import metrics
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.informers.store import Obj, object_key
 from pykcm.util.durations import go_duration
+from pykcm.util.errors import described
 from pykcm.util.log import get_logger, one_line
 from pykcm.workqueue import RateLimiter, RateLimitingQueue, default_controller_rate_limiter
 
@@ -236,24 +235,3 @@ class Controller(ABC):
         line = self.log_lines.failed
         self.log.error(line.err.format(err=one_line(err), key=key), line.msg, **self._kv(line, key))
         self.queue.add_rate_limited(key)
-
-
-def described(err: BaseException) -> BaseException | str:
-    """A built-in exception (KeyError, TypeError, ...) is a bug in the sync, and its message alone
-    ("'spec'") says nothing: add its type and where it was raised. API and pykcm errors say enough."""
-    if type(err).__module__ != "builtins" or err.__traceback__ is None:
-        return err
-    text = f"{type(err).__name__}: {' '.join(str(err).split())}"  # one line: a plugin's load error is printed as is
-    # The innermost frame of real source: `<frozen os>` (os.environ[...]) or importlib's would hide the caller's line.
-    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith("<")]
-    if not frames:
-        return text
-    frame = frames[-1]
-    return f"{text} (at {os.path.basename(frame.filename)}:{frame.lineno} in {frame.name})"
-
-
-def described_with_type(err: BaseException) -> str:
-    """`described`, and always with the type: for errors that end the run (a plugin that cannot be
-    loaded, built or run), where "No module named 'x'" or "boom" alone hides what kind of failure it is."""
-    text = described(err)
-    return text if isinstance(text, str) else f"{type(err).__name__}: {one_line(err)}"

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from pykcm.controller.base import Controller, described_with_type
+from pykcm.controller.base import Controller
+from pykcm.util.errors import described_with_type
 from pykcm.util.log import get_logger
 
 ENTRY_POINT_GROUP = "pykcm.controllers"

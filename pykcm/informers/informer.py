@@ -17,6 +17,7 @@ from pykcm.informers.projection import FULL, Projection, covers, project, union
 from pykcm.informers.reflector import Reflector, strip_managed_fields
 from pykcm.informers.store import DeletedFinalStateUnknown, Indexer, IndexFunc, Obj, object_key
 from pykcm.util import memory
+from pykcm.util.errors import described
 from pykcm.util.log import get_logger, one_line
 
 log = get_logger("informer")
@@ -313,4 +314,4 @@ def _call(func: Callable[..., Any] | None, *args: Any) -> None:
     try:
         func(*args)
     except Exception as err:
-        log.error(err, "Event handler failed", handler=getattr(func, "__qualname__", repr(func)))
+        log.error(described(err), "Event handler failed", handler=getattr(func, "__qualname__", repr(func)))

@@ -1,11 +1,13 @@
-"""apimachinery's error aggregate (several errors of one pass, reported together), and OS and ssl
-errors in one line for the user."""
+"""apimachinery's error aggregate (several errors of one pass, reported together), OS and ssl
+errors in one line for the user, and a bug's exception described with its type and place."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import ssl
+import traceback
 
 _SSL_SOURCE = re.compile(r" \(_ssl\.c:\d+\)$")
 _ERRNO = re.compile(r"^\[Errno \d+\] ")
@@ -41,3 +43,31 @@ def os_error_message(err: OSError) -> str:
     if err.strerror:  # without "[Errno 111]"
         return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
     return str(err) or type(err).__name__
+
+
+def one_line(err: BaseException | str) -> str:
+    """An error as one line: its message with all whitespace runs made single spaces (an OS or
+    ssl error without Python's "[Errno N]" or the C source position)."""
+    text = os_error_message(err) if isinstance(err, OSError) else str(err) or type(err).__name__
+    return " ".join(text.split())
+
+
+def described(err: BaseException) -> BaseException | str:
+    """A built-in exception (KeyError, TypeError, ...) is a bug in a sync or handler, and its message
+    alone ("'spec'") says nothing: add its type and where it was raised. API and pykcm errors say enough."""
+    if type(err).__module__ != "builtins" or err.__traceback__ is None:
+        return err
+    text = f"{type(err).__name__}: {' '.join(str(err).split())}"  # one line: a plugin's load error is printed as is
+    # The innermost frame of real source: `<frozen os>` (os.environ[...]) or importlib's would hide the caller's line.
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith("<")]
+    if not frames:
+        return text
+    frame = frames[-1]
+    return f"{text} (at {os.path.basename(frame.filename)}:{frame.lineno} in {frame.name})"
+
+
+def described_with_type(err: BaseException) -> str:
+    """`described`, and always with the type: for errors that end the run (a plugin that cannot be
+    loaded, built or run), where "No module named 'x'" or "boom" alone hides what kind of failure it is."""
+    text = described(err)
+    return text if isinstance(text, str) else f"{type(err).__name__}: {one_line(err)}"

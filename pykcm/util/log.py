@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from pykcm.util.errors import os_error_message
+from pykcm.util.errors import one_line  # re-exported: most callers log the one line
 
 _verbosity = 0
 
@@ -58,13 +58,6 @@ class Logger:
 
 def get_logger(name: str) -> Logger:
     return Logger(name)
-
-
-def one_line(err: BaseException | str) -> str:
-    """An error as one line: its message with all whitespace runs made single spaces (an OS or
-    ssl error without Python's "[Errno N]" or the C source position)."""
-    text = os_error_message(err) if isinstance(err, OSError) else str(err) or type(err).__name__
-    return " ".join(text.split())
 
 
 def _render(value: Any) -> str:

@@ -147,3 +147,19 @@ async def test_a_list_the_cache_cannot_take_is_the_reason_it_has_not_synced():
     assert informer.sync_error() == "applying the list failed: 'owner'"  # on /healthz, not only in the log
     await informer._apply_logged(Delta(DeltaType.REPLACED, [cm("a", "3")], "3"))
     assert informer.has_synced() and informer.sync_error() is None
+
+
+def test_a_failing_handler_is_logged_with_its_type_and_place_and_the_others_still_run(caplog):
+    rec = Recorder()
+    informer = informer_with(rec)
+
+    def broken_handler(obj):
+        return obj["spec"]  # a ConfigMap has none: a bug in the handler
+
+    informer.add_event_handler(on_add=broken_handler)
+    with caplog.at_level("INFO", logger="pykcm"):
+        informer._apply(Delta(DeltaType.ADDED, cm("a", "1")))
+    assert rec.events == [("add", "a")]
+    [record] = [r for r in caplog.records if r.getMessage() == "Event handler failed"]
+    assert record.kv["err"].startswith("KeyError: 'spec' (at test_informer.py:")  # type: ignore[attr-defined]
+    assert record.kv["err"].endswith(" in broken_handler)")  # type: ignore[attr-defined]
