@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import ssl
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from aiohttp import web
 
+from pykcm.testenv.certs import Pki, ensure_pki
 from pykcm.util.log import set_verbosity
+from tests.support import loopback_server
 
 
 @pytest.fixture
@@ -26,3 +30,25 @@ def _pykcm_logging_restored() -> Iterator[None]:
     saved = logger.handlers[:], logger.propagate, logger.level
     yield
     logger.handlers[:], logger.propagate, logger.level = saved
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return ensure_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+async def mtls_server(pki: Pki) -> AsyncIterator[str]:
+    """Answers with the common name of the client certificate it was shown."""
+
+    async def whoami(request: web.Request) -> web.Response:
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        subject = dict(pair[0] for pair in (peer or {}).get("subject", ()))
+        return web.json_response({"cn": subject.get("commonName")})
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pki.apiserver_cert, pki.apiserver_key)
+    ctx.load_verify_locations(cafile=pki.ca_cert)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    async with loopback_server(whoami, ctx) as url:
+        yield url

@@ -9,26 +9,19 @@ import ssl
 import stat
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from aiohttp import web
 
 from pykcm.client import packagefiles
 from pykcm.client.config import ConfigError, bearer_token_config, load_config
 from pykcm.client.rest import RestClient
-from pykcm.testenv.certs import Pki, ensure_pki
+from pykcm.testenv.certs import Pki
 from pykcm.util import memfile
-from tests.support import loopback_server
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return ensure_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture
@@ -38,23 +31,6 @@ def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     directory.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(directory))
     yield directory
-
-
-@pytest.fixture
-async def mtls_server(pki: Pki) -> AsyncIterator[str]:
-    """Answers with the common name of the client certificate it was shown."""
-
-    async def whoami(request: web.Request) -> web.Response:
-        peer = request.transport.get_extra_info("peercert") if request.transport else None
-        subject = dict(pair[0] for pair in (peer or {}).get("subject", ()))
-        return web.json_response({"cn": subject.get("commonName")})
-
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(pki.apiserver_cert, pki.apiserver_key)
-    ctx.load_verify_locations(cafile=pki.ca_cert)
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    async with loopback_server(whoami, ctx) as url:
-        yield url
 
 
 def b64(path: Path) -> str:
