@@ -197,7 +197,8 @@ def run(
     ignored = {"flags": (ctx.obj or {}).get("kcm_ignored"), "featureGates": featuregates.ignored(options.feature_gates)}
     if ignored := {key: names for key, names in ignored.items() if names}:
         log.warning("Ignoring kube-controller-manager flags for what pykcm does not run or serve", **ignored)
-    registry = controllers_for(options.controllers)  # a broken plugin this run leaves off is only a warning
+    # A broken plugin this run leaves off is only a warning, its `-name` dropped from the list.
+    registry, options.controllers = controllers_for(options.controllers)
     ours = {name for info in registry.values() for name in (info.name, *info.aliases)}
     given = options.controllers
     options.controllers, left = kcmflags.left_to_kcm(options.controllers, ours)

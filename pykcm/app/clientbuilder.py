@@ -100,14 +100,16 @@ class ServiceAccountClientBuilder:
         }
         path = SERVICEACCOUNTS.path(self.namespace, name, "token")
         response = await self.root.request("POST", path, body=body)
-        status = response["status"]
-        stamp = status.get("expirationTimestamp")
+        status = response.get("status") or {}
+        stamp, value = status.get("expirationTimestamp"), status.get("token")
         expires_at = parse_time(stamp)
-        if expires_at is None:  # no renewal could be scheduled: fail this request like any other bad answer
-            raise ValueError(f"TokenRequest answer without a valid expirationTimestamp: {stamp!r}")
+        if expires_at is None or not isinstance(value, str) or not value:
+            # An answer that cannot be used (no renewal could be scheduled): fail the request, as one
+            # that did not decode, which the start and the renewal both report in one line.
+            raise TransportError(f"TokenRequest answer without a token and a valid expirationTimestamp: {stamp!r}")
         lifetime = expires_at - time.time()
         now = time.monotonic()
-        return _Token(status["token"], now + lifetime, now)
+        return _Token(value, now + lifetime, now)
 
     async def _keep_renewed(self, name: str, token: _Token) -> None:
         account = f"{self.namespace}/{name}"

@@ -193,9 +193,11 @@ def _value_error(flag: str, text: str) -> str | None:
     if flag in IGNORED_DURATION_FLAGS:
         try:
             parse_duration(text)
-        except DurationError:
-            missing_unit = re.fullmatch(r"[+-]?[0-9]*\.?[0-9]*", text) and any(c.isdigit() for c in text)
-            return f"time: {'missing unit in' if missing_unit else 'invalid'} duration {go_quote(text)}"
+        except DurationError as err:  # Go's three messages
+            if err.unit is None:
+                return f"time: invalid duration {go_quote(text)}"
+            what = f"unknown unit {go_quote(err.unit)}" if err.unit else "missing unit"
+            return f"time: {what} in duration {go_quote(text)}"
         return None
     for flags, parse in ((IGNORED_INT32_FLAGS, lambda: go_int(text, 32)),
                          (IGNORED_INT64_FLAGS, lambda: go_int(text, 64)),

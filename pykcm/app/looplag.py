@@ -18,7 +18,6 @@ import asyncio
 import inspect
 import os
 import sys
-import sysconfig
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from types import FrameType
 
 from prometheus_client import Gauge, Histogram, disable_created_metrics
 
+from pykcm.util.errors import in_stdlib
 from pykcm.util.log import get_logger
 
 disable_created_metrics()
@@ -85,7 +85,6 @@ COMPUTING_SHARE = 0.1  # of the stall's wall time on the loop thread's CPU clock
 # a worker, its sync), so a sync blocked deep inside a library is still named.
 INNER_FRAMES, OUTER_FRAMES = 5, 3
 _COROUTINE_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-_STDLIB = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
 
 
 class BlockedLoopWatch:
@@ -155,7 +154,7 @@ def _described_stack(frame: FrameType | None) -> list[str]:
     task_end = 0  # after the outermost coroutine frame seen: the task's own part of the stack
     while frame is not None:
         code = frame.f_code
-        if not code.co_filename.startswith(_STDLIB) or "-packages" in code.co_filename:  # site-, dist-
+        if not in_stdlib(code.co_filename):
             name = getattr(code, "co_qualname", code.co_name)
             described.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {name}")
             if code.co_flags & _COROUTINE_FLAGS:

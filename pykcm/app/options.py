@@ -139,7 +139,8 @@ class Options:
         # client-side limiting off; with a QPS, a burst must be given (client-go's NewForConfig); a
         # negative burst would fail every request, so it is refused.
         qps = self.kube_api_qps
-        if math.isnan(qps) or (math.isfinite(qps) and abs(qps) >= FLOAT32_LIMIT):  # KCM's flag is a float32
+        # KCM's flag is a float32; an infinite one (pflag takes "inf") would leave /configz unwritable, as Go's.
+        if not math.isfinite(qps) or abs(qps) >= FLOAT32_LIMIT:
             raise OptionsError(f"--kube-api-qps: {qps} is out of range")
         if self.kube_api_qps > 0 and self.kube_api_burst <= 0:
             raise OptionsError("burst is required to be greater than 0 when RateLimiter is not set and QPS is set to "

@@ -350,7 +350,8 @@ def tls_context(
         else:
             ctx = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
     except OSError as exc:  # ssl.SSLError is one
-        raise ConfigError(f"invalid TLS configuration: certificate authority: {os_error_message(exc)}") from None
+        reason = os_error_message(exc).replace("cadata", "certificate-authority-data")  # ssl's word for it
+        raise ConfigError(f"invalid TLS configuration: certificate authority: {reason}") from None
     if not verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE

@@ -37,17 +37,21 @@ class PackageFiles:
         self._lock = threading.Lock()
         self._paths: dict[bytes, str] = {}  # content -> path
         self._files: dict[str, tuple[bytes, int | None]] = {}  # path -> content, the memory file's fd
+        self._holders: dict[str, int] = {}  # path -> how many calls handed it out and were not released
         self._directory: str | None = None
 
     def __call__(self, content: str | bytes, temp_file_path: str | None = None, force_recreate: bool = False) -> str:
         data = content.encode() if isinstance(content, str) else bytes(content)
         with self._lock:
             if not force_recreate and data in self._paths:
-                return self._paths[data]
+                path = self._paths[data]
+                self._holders[path] += 1  # shared: released only when every holder has released it
+                return path
             memory = memory_file(data, "pykcm-kubeconfig")
             fd, path = memory if memory is not None else (None, self._disk_file(data))
             self._paths[data] = path
             self._files[path] = (data, fd)
+            self._holders[path] = 1
             return path
 
     def content(self, path: str | None) -> bytes | None:
@@ -57,13 +61,17 @@ class PackageFiles:
             return entry[0] if entry else None
 
     def release(self, *paths: str | None) -> None:
-        """Close (or remove) the files at `paths` that this made: their bytes were taken."""
+        """Close (or remove) the files at `paths` that this made, once no other holder has them: their
+        bytes were taken."""
         with self._lock:
             for path in paths:
-                entry = self._files.pop(path, None) if path else None
-                if path is None or entry is None:
+                if path is None or path not in self._files:
                     continue
-                data, fd = entry
+                self._holders[path] -= 1
+                if self._holders[path] > 0:  # another load still reads it: its fd number must not be reused
+                    continue
+                del self._holders[path]
+                data, fd = self._files.pop(path)
                 if self._paths.get(data) == path:
                     del self._paths[data]
                 if fd is not None:

@@ -80,9 +80,10 @@ def discover_controllers() -> dict[str, type[Controller]]:
     return plugins.controllers
 
 
-def controllers_for(spec: Iterable[str]) -> dict[str, type[Controller]]:
-    """The controllers a run with `--controllers spec` chooses from. A broken plugin the run would
-    enable is an error; any other is logged once and left out."""
+def controllers_for(spec: Iterable[str]) -> tuple[dict[str, type[Controller]], list[str]]:
+    """The controllers a run with `--controllers spec` chooses from, and `spec` without the entries
+    naming a broken plugin (`-name` turned it off; unknown, it would fail --controllers' check). A
+    broken plugin the run would enable is an error; any other is logged once and left out."""
     entries = list(spec)
     plugins = find_controllers()
     for bad in plugins.broken:
@@ -91,7 +92,8 @@ def controllers_for(spec: Iterable[str]) -> dict[str, type[Controller]]:
     for bad in plugins.broken:
         log.warning("Skipping a controller plugin that failed to load", entryPoint=bad.entry_point,
                     distribution=bad.distribution, err=bad.reason)
-    return plugins.controllers
+    broken = {bad.entry_point for bad in plugins.broken}
+    return plugins.controllers, [entry for entry in entries if entry.removeprefix("-") not in broken]
 
 
 def _would_enable(entry_point: str, entries: list[str]) -> bool:

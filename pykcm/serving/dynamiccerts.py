@@ -101,7 +101,7 @@ class DynamicServingTLS:
             return False
         self._client_ca, self._current = client_ca, current
         self.context.verify_mode = ssl.CERT_OPTIONAL if client_ca else ssl.CERT_NONE
-        log.info("Loaded a new client CA", present=bool(client_ca))
+        log.v(2).info("Loaded a new client CA", present=bool(client_ca))  # KCM: "Loaded a new CA Bundle" at V(2)
         return True
 
     def reload_client_ca_file(self) -> bool:

@@ -43,7 +43,12 @@ _DIGITS = "0123456789"
 
 
 class DurationError(ValueError):
-    """Text that Go's time.ParseDuration refuses; the message is one line, for the user."""
+    """Text that Go's time.ParseDuration refuses; the message is one line, for the user. `unit` says
+    which of Go's errors it is: None "invalid duration", "" "missing unit", else "unknown unit"."""
+
+    def __init__(self, message: str, unit: str | None = None) -> None:
+        super().__init__(message)
+        self.unit = unit
 
 
 def parse_duration(text: str) -> float:
@@ -64,7 +69,8 @@ def parse_duration(text: str) -> float:
             fraction, value = _split_while(value[1:], lambda c: c in _DIGITS)
         unit, value = _split_while(value, lambda c: c not in _DIGITS and c != ".")
         if not (whole or fraction) or unit not in _UNIT_NS:
-            raise DurationError(f"invalid duration {text!r} (use Go syntax such as 15s, 5m, 1h30m)")
+            raise DurationError(f"invalid duration {text!r} (use Go syntax such as 15s, 5m, 1h30m)",
+                                unit if whole or fraction else None)
         if len(whole.lstrip("0")) > 19:  # more than Go's uint64 holds; int() would take its time
             total = _GO_MAX_NS + 2
             break

@@ -7,10 +7,12 @@ import os
 import re
 import shutil
 import ssl
+import sysconfig
 import traceback
 
 _SSL_SOURCE = re.compile(r" \(_ssl\.c:\d+\)$")
 _ERRNO = re.compile(r"^\[Errno \d+\] ")
+_STDLIB = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
 
 
 class AggregateError(Exception):
@@ -58,12 +60,21 @@ def described(err: BaseException) -> BaseException | str:
     if type(err).__module__ != "builtins" or err.__traceback__ is None:
         return err
     text = f"{type(err).__name__}: {' '.join(str(err).split())}"  # one line: a plugin's load error is printed as is
-    # The innermost frame of real source: `<frozen os>` (os.environ[...]) or importlib's would hide the caller's line.
-    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith("<")]
+    if isinstance(err, ModuleNotFoundError):  # it names the module; where the import was asked for is no help
+        return text
+    # The innermost frame of the caller's source: `<frozen os>` (os.environ[...]) or importlib's
+    # import_module (a plugin's missing module) would hide the line that asked for it.
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if not f.filename.startswith("<") and not in_stdlib(f.filename)]
     if not frames:
         return text
     frame = frames[-1]
     return f"{text} (at {os.path.basename(frame.filename)}:{frame.lineno} in {frame.name})"
+
+
+def in_stdlib(filename: str) -> bool:
+    """Python's own library (not what is installed into it): frames there name no caller's code."""
+    return filename.startswith(_STDLIB) and "-packages" not in filename  # site-, dist-packages are not
 
 
 def described_with_type(err: BaseException) -> str:

@@ -8,7 +8,7 @@ import pytest
 
 from pykcm.app import clientbuilder
 from pykcm.client.config import ClientConfig
-from pykcm.client.errors import Forbidden, NotFound, ServiceUnavailable
+from pykcm.client.errors import Forbidden, NotFound, ServiceUnavailable, TransportError
 from pykcm.client.rest import RestClient
 
 
@@ -161,5 +161,5 @@ async def test_a_token_without_a_readable_expiry_is_a_failed_request() -> None:
             return answer
 
     builder = clientbuilder.ServiceAccountClientBuilder(BadExpiry(lifetime=3600))
-    with pytest.raises(ValueError, match="TokenRequest answer without a valid expirationTimestamp: 'soon'"):
+    with pytest.raises(TransportError, match="answer without a token and a valid expirationTimestamp: 'soon'"):
         await builder._request_token("replicaset-controller")

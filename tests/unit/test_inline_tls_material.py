@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from pykcm.client import packagefiles
-from pykcm.client.config import ConfigError, bearer_token_config, load_config
+from pykcm.client.config import ConfigError, bearer_token_config, load_config, tls_context
 from pykcm.client.rest import RestClient
 from pykcm.testenv.certs import Pki
 from pykcm.util import memfile
@@ -148,3 +148,19 @@ def test_a_memory_file_reads_its_content_and_is_not_inherited() -> None:
     finally:
         os.close(fd)
     assert not os.path.exists(path)
+
+
+def test_a_shared_package_file_stays_readable_until_its_last_holder_releases_it() -> None:
+    files = packagefiles.PackageFiles()
+    first = files("-----BEGIN CERTIFICATE-----\n")
+    second = files("-----BEGIN CERTIFICATE-----\n")  # the same content: the same file, held twice
+    assert first == second
+    files.release(second)
+    assert Path(first).read_bytes() == b"-----BEGIN CERTIFICATE-----\n"  # the other holder still reads it
+    files.release(first)
+    assert files.content(first) is None and not os.path.exists(first)
+
+
+def test_an_inline_ca_that_is_not_pem_is_named_by_its_kubeconfig_field() -> None:
+    with pytest.raises(ConfigError, match="certificate authority: no start line: certificate-authority-data does not"):
+        tls_context(None, ca_data=b"junk")

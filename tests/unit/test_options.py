@@ -241,6 +241,10 @@ def test_bad_tls_names_are_usage_errors(argv: list[str], message: str, capsys: p
          'invalid argument "abc" for "--log-flush-frequency" flag: time: invalid duration "abc"'),
         (["run", "--log-flush-frequency", "5"],
          'invalid argument "5" for "--log-flush-frequency" flag: time: missing unit in duration "5"'),
+        (["run", "--log-flush-frequency=1h1"],
+         'invalid argument "1h1" for "--log-flush-frequency" flag: time: missing unit in duration "1h1"'),
+        (["run", "--log-flush-frequency=1h2x3s"],
+         'invalid argument "1h2x3s" for "--log-flush-frequency" flag: time: unknown unit "x" in duration "1h2x3s"'),
         (["run", "--concurrent-gc-syncs=99999999999"],
          'invalid argument "99999999999" for "--concurrent-gc-syncs" flag: strconv.ParseInt: parsing "99999999999": '
          "value out of range"),
@@ -394,6 +398,8 @@ def test_version_false_runs_and_a_zero_namespace_sync_period_is_no_resync(monkey
 @pytest.mark.parametrize(("argv", "message"), [
     (["--kube-api-qps=nan"], "--kube-api-qps: nan is out of range"),
     (["--kube-api-qps=1e39"], "--kube-api-qps: 1e+39 is out of range"),  # KCM's flag is a float32
+    (["--kube-api-qps=inf"], "--kube-api-qps: inf is out of range"),
+    (["--kube-api-qps=-inf"], "--kube-api-qps: -inf is out of range"),
     (["-v=4294967296"], "less than or equal to 2147483647"),  # KCM: value out of range (an int32)
 ])
 def test_numbers_kcm_cannot_hold_are_refused(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

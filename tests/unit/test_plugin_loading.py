@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pykcm.app import cli
+from pykcm.app.options import resolve_controllers
 from pykcm.controller import Controller, PluginError, controllers_for, find_controllers, registry
 
 
@@ -105,7 +106,9 @@ def test_a_broken_plugin_left_off_is_one_warning(monkeypatch: pytest.MonkeyPatch
                                                  caplog: pytest.LogCaptureFixture) -> None:
     installed(monkeypatch, of(Plain), mirror)
     with caplog.at_level(logging.INFO, logger="pykcm"):
-        assert controllers_for(spec) == {"plain-controller": Plain}
+        controllers, kept = controllers_for(spec)
+    assert controllers == {"plain-controller": Plain}
+    assert resolve_controllers(kept, controllers.values()) == ["plain-controller"]  # `-mirror-controller` gone
     [record] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert record.getMessage() == "Skipping a controller plugin that failed to load"
     assert record.kv == {"entryPoint": "mirror-controller", "distribution": "pykcm-mirror",  # type: ignore[attr-defined]
@@ -126,3 +129,12 @@ def test_listing_without_broken_plugins_succeeds(monkeypatch: pytest.MonkeyPatch
     installed(monkeypatch, of(Plain))
     assert cli.main(["controllers"]) == 0
     assert capsys.readouterr() == ("plain-controller\ton (aliases: plain)\n", "")
+
+
+def test_a_plugin_whose_module_is_missing_is_named_without_importlibs_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import EntryPoint as RealEntryPoint
+
+    real = RealEntryPoint("gone-controller", "nothere_module:Gone", registry.ENTRY_POINT_GROUP)
+    installed(monkeypatch, EntryPoint(real.name, real.value, "pykcm-gone", real.load))
+    [bad] = find_controllers().broken
+    assert bad.reason == "failed to load: ModuleNotFoundError: No module named 'nothere_module'"
