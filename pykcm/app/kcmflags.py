@@ -199,15 +199,14 @@ def _value_error(flag: str, text: str) -> str | None:
             what = f"unknown unit {go_quote(err.unit)}" if err.unit else "missing unit"
             return f"time: {what} in duration {go_quote(text)}"
         return None
-    for flags, parse in ((IGNORED_INT32_FLAGS, lambda: go_int(text, 32)),
-                         (IGNORED_INT64_FLAGS, lambda: go_int(text, 64)),
-                         (IGNORED_FLOAT32_FLAGS, lambda: go_float(text, 32)),
-                         (IGNORED_FLOAT64_FLAGS, lambda: go_float(text, 64))):
-        if flag in flags:
-            try:
-                parse()
-            except ValueError as err:
-                return str(err)
+    parser = next(((parse, bits) for flags, parse, bits in _NUMBER_FLAGS if flag in flags), None)
+    if parser is None:
+        return None  # not a typed flag: its value is not read
+    parse, bits = parser
+    try:
+        parse(text, bits)
+    except ValueError as err:
+        return str(err)
     return None
 
 
@@ -253,6 +252,12 @@ def left_to_kcm(spec: list[str], pykcm_names: set[str]) -> tuple[list[str], list
             kept.append(entry)
     return kept, left
 
+
+
+_NUMBER_FLAGS: tuple[tuple[frozenset[str], Callable[[str, int], object], int], ...] = (
+    (IGNORED_INT32_FLAGS, go_int, 32), (IGNORED_INT64_FLAGS, go_int, 64),
+    (IGNORED_FLOAT32_FLAGS, go_float, 32), (IGNORED_FLOAT64_FLAGS, go_float, 64),
+)
 
 # KCM's boolean flags (pflag) take `--flag`, `--flag=true` and `--flag=false`; typer's flag pairs
 # take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working,

@@ -19,7 +19,7 @@ import threading
 from types import ModuleType
 
 from pykcm.util.log import get_logger
-from pykcm.util.memfile import memory_file
+from pykcm.util.memfile import memory_file, private_file
 
 log = get_logger("client-config")
 _FUNCTION = "_create_temp_file_with_content"  # kubernetes/config/kube_config.py
@@ -84,10 +84,7 @@ class PackageFiles:
         if self._directory is None:
             self._directory = tempfile.mkdtemp(prefix="pykcm-kubeconfig-")
             atexit.register(shutil.rmtree, self._directory, True)
-        fd, path = tempfile.mkstemp(dir=self._directory)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return path
+        return private_file(self._directory, data)
 
 
 _installed: PackageFiles | None = None

@@ -56,9 +56,14 @@ def transient_path(content: bytes, name: str) -> Iterator[str]:
         return
     directory = tempfile.mkdtemp(prefix=f"{name}-")
     try:
-        fd, path = tempfile.mkstemp(dir=directory)
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-        yield path
+        yield private_file(directory, content)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def private_file(directory: str, content: bytes) -> str:
+    """A new 0600 file in `directory` holding `content` (where there is no memory file); its path."""
+    fd, path = tempfile.mkstemp(dir=directory)
+    with os.fdopen(fd, "wb") as f:
+        f.write(content)
+    return path
