@@ -120,8 +120,8 @@ class EventCorrelator:
         # client-go's aggregate Event carries no reporting fields: KCM's "combined" Events have none.
         aggregate = {
             "apiVersion": "v1", "kind": "Event",
-            # Named without GenerateEventName's check, as client-go's EventAggregate: for an object
-            # name over 236 characters the apiserver refuses it, as it refuses KCM's.
+            # Named without GenerateEventName's check, as client-go's EventAggregate: core/v1 does not
+            # check an Event's name either, so an over-long one is written, as KCM's is.
             "metadata": {"name": f"{ref['name']}.{now:x}", "namespace": event["metadata"]["namespace"]},
             "involvedObject": ref, "reason": event["reason"], "message": AGGREGATE_PREFIX + event["message"],
             "type": event["type"], "source": event["source"], "firstTimestamp": stamp, "lastTimestamp": stamp,
