@@ -1,16 +1,24 @@
 """Benchmark: pykcm against the real kube-controller-manager v1.36.3 on namespace work.
 
-One freshly started local control plane; first pykcm (as a child process, exactly as deployed:
-`python -m pykcm.app.cli run --controllers namespace,serviceaccount`), then the real KCM with the
-same controllers, never both at once. For each:
+For each side a freshly started local control plane of its own (so etcd and the apiserver's
+caches start out equal): pykcm (as a child process, exactly as deployed: `python -m pykcm.app.cli
+run --controllers namespace,serviceaccount`) on one, the real KCM with the same controllers on
+the other. Both serve their secure port (a free one; each makes its self-signed serving
+certificate at start), run without leader election and act as each controller's ServiceAccount.
+Once started (pykcm: "All controllers started"; KCM: /healthz ok) and the namespace filled:
 
 - the time from deleting a namespace holding 1,000 pods, 100 ReplicaSets, 100 ConfigMaps and
   100 custom resources until the namespace object is gone (no ReplicaSet controller runs, so the
   ReplicaSets have no pods; unbound pods are removed by the API server without a kubelet);
 - the time from creating 200 namespaces until each has its `default` ServiceAccount;
-- the process's peak RSS (/proc/PID/status VmHWM) and CPU seconds (utime + stime) at the end.
+- the process's CPU seconds (utime + stime) over these two, from a baseline taken just before
+  the deletion (start-up and the initial lists are not in it), and its peak RSS
+  (/proc/PID/status VmHWM, over its whole life) at the end.
 
-    python tests/bench/bench_namespace.py [--pods 1000 --namespaces 200 ... --pykcm-checkout DIR]
+No file stays behind: the clusters' directories are removed at the end.
+
+Run: python tests/bench/bench_namespace.py [--pods 1000 --replicasets 100 --configmaps 100
+     --custom-resources 100 --namespaces 200 --pykcm-checkout DIR]
 """
 
 from __future__ import annotations
@@ -18,11 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +37,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain s
 
 from pykcm.client.resources import CONFIGMAPS, NAMESPACES, PODS, REPLICASETS, SERVICEACCOUNTS
 from pykcm.client.rest import RestClient
-from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
-from tests.bench.common import REPO, bounded, cpu_seconds, peak_rss_mib, pykcm_env
-from tests.support import PykcmProcess, admin_client, create_namespace, ensure_crd, is_gone, wait_for
+from tests.bench.common import (
+    add_checkout_argument,
+    bounded,
+    check_checkout_argument,
+    cpu_seconds,
+    on_fresh_cluster,
+    one_line_failures,
+    peak_rss_mib,
+    pykcm_env,
+    ratio,
+    scratch_directory,
+)
+from tests.support import PykcmProcess, admin_client, create_namespace, ensure_crd, free_port, is_gone, wait_for
 
 CONTROLLERS = "namespace,serviceaccount"
 CREATE_CONCURRENCY = 64
@@ -51,10 +68,11 @@ class Workload:
 
 @dataclass
 class Result:
-    delete_seconds: float
-    service_accounts_seconds: float
-    peak_rss_mib: float
-    cpu_seconds: float
+    delete_seconds: float = float("nan")
+    service_accounts_seconds: float = float("nan")
+    peak_rss_mib: float = float("nan")
+    cpu_seconds: float = float("nan")
+    notes: list[str] = field(default_factory=list)
 
 
 def pod(name: str) -> dict[str, Any]:
@@ -108,19 +126,21 @@ async def time_default_service_accounts(client: RestClient, count: int) -> float
 
 async def measure(client: RestClient, widgets: Any, work: Workload, pid: int) -> Result:
     ns = await fill_namespace(client, widgets, work)
+    cpu_before = cpu_seconds(pid)  # started and synced long since: the filling took seconds
     deletion = await time_namespace_deletion(client, ns)
     accounts = await time_default_service_accounts(client, work.namespaces)
-    return Result(deletion, accounts, peak_rss_mib(pid), cpu_seconds(pid))
+    return Result(deletion, accounts, peak_rss_mib(pid), cpu_seconds(pid) - cpu_before)
 
 
-async def run_pykcm(plane: ControlPlane, client: RestClient, widgets: Any, work: Workload, logs: Path,
-                    checkout: Path) -> Result:
-    # Same set-up as the testenv's KCM: no leader election, each controller as its own ServiceAccount.
+async def run_pykcm(plane: ControlPlane, client: RestClient, widgets: Any, work: Workload, checkout: Path) -> Result:
+    # Same set-up as the testenv's KCM: no leader election, each controller as its own ServiceAccount,
+    # serving on a free port.
+    env = pykcm_env(checkout)
     proc = PykcmProcess("--kubeconfig", str(plane.kubeconfig), "--controllers", CONTROLLERS, "--no-leader-elect",
-                        "--use-service-account-credentials", "--secure-port", "0", log_path=logs / "pykcm.log",
-                        env=pykcm_env(checkout))
+                        "--use-service-account-credentials", f"--secure-port={free_port()}",
+                        log_path=plane.logs_dir / "pykcm.log", env=env)
     try:
-        await proc.wait_for_log("Caches are synced", 60)
+        await proc.wait_for_log("All controllers started", 60)  # each controller logs its own "Caches are synced"
         return await measure(client, widgets, work, proc.pid)
     finally:
         proc.signal()
@@ -135,33 +155,45 @@ async def run_kcm(plane: ControlPlane, client: RestClient, widgets: Any, work: W
         await asyncio.to_thread(plane.stop_kcm, kcm)
 
 
+async def bench_side(plane: ControlPlane, pykcm_side: bool, work: Workload, checkout: Path) -> Result:
+    client = admin_client(plane.kubeconfig)
+    try:
+        widgets = await ensure_crd(client, "pykcm.test", "Widget", "widgets")
+        if pykcm_side:
+            return await run_pykcm(plane, client, widgets, work, checkout)
+        return await run_kcm(plane, client, widgets, work)
+    finally:
+        await client.close()
+
+
 def table(work: Workload, pykcm: Result, kcm: Result) -> str:
     rows: list[tuple[str, Callable[[Result], float], str]] = [
         (f"delete ns ({work.pods} pods, {work.replicasets} RS, {work.configmaps} CM, {work.custom_resources} CR)"
          " until gone", lambda r: r.delete_seconds, "s"),
         (f"{work.namespaces} new namespaces until each has `default`", lambda r: r.service_accounts_seconds, "s"),
         ("peak RSS (VmHWM)", lambda r: r.peak_rss_mib, "MiB"),
-        ("CPU time (utime+stime)", lambda r: r.cpu_seconds, "s"),
+        ("CPU time (utime+stime), deletion and new namespaces", lambda r: r.cpu_seconds, "s"),
     ]
     width = max(len(name) for name, _, _ in rows)
     lines = [f"| {'metric':<{width}} | {'pykcm':>11} | {'KCM':>11} | {'pykcm/KCM':>9} |",
              f"|{'-' * (width + 2)}|{'-' * 13}|{'-' * 13}|{'-' * 11}|"]
     for name, value, unit in rows:
         mine, theirs = value(pykcm), value(kcm)
-        ratio = f"{mine / theirs:.2f}" if theirs else "n/a"
-        lines.append(f"| {name:<{width}} | {f'{mine:.2f} {unit}':>11} | {f'{theirs:.2f} {unit}':>11} | {ratio:>9} |")
+        lines.append(f"| {name:<{width}} | {f'{mine:.2f} {unit}':>11} | {f'{theirs:.2f} {unit}':>11} "
+                     f"| {ratio(mine, theirs).rstrip('x'):>9} |")
+    lines += [f"note: {note}" for note in pykcm.notes + kcm.notes]
     return "\n".join(lines)
 
 
-async def bench(work: Workload, checkout: Path) -> str:
-    with tempfile.TemporaryDirectory(prefix="pykcm-bench-") as tmp, running(Path(tmp) / "cp") as plane:
-        client = admin_client(plane.kubeconfig)
-        try:
-            widgets = await ensure_crd(client, "pykcm.test", "Widget", "widgets")
-            pykcm = await run_pykcm(plane, client, widgets, work, Path(tmp), checkout)
-            kcm = await run_kcm(plane, client, widgets, work)
-        finally:
-            await client.close()
+def bench(work: Workload, checkout: Path) -> str:
+    def side(pykcm_side: bool) -> Result:
+        name = "pykcm" if pykcm_side else "kcm"
+        return on_fresh_cluster(root / name, f"{name} side",
+                                lambda plane: bench_side(plane, pykcm_side, work, checkout),
+                                lambda note: Result(notes=[note]))
+
+    with scratch_directory("pykcm-bench-namespace-") as root:
+        pykcm, kcm = side(True), side(False)
     return table(work, pykcm, kcm)
 
 
@@ -172,12 +204,12 @@ def main() -> None:
     parser.add_argument("--configmaps", type=int, default=100)
     parser.add_argument("--custom-resources", type=int, default=100)
     parser.add_argument("--namespaces", type=int, default=200)
-    parser.add_argument("--pykcm-checkout", type=Path, default=REPO,
-                        help="the checkout pykcm runs from (e.g. `git worktree add` of an earlier commit)")
+    add_checkout_argument(parser)
     args = parser.parse_args()
+    check_checkout_argument(parser, args)
     work = Workload(args.pods, args.replicasets, args.configmaps, args.custom_resources, args.namespaces)
-    print(asyncio.run(bench(work, args.pykcm_checkout)))
+    print(bench(work, args.pykcm_checkout))
 
 
 if __name__ == "__main__":
-    main()
+    one_line_failures(main)

@@ -287,7 +287,7 @@ async def bench_side(plane: ControlPlane, side: Side, qps: int, burst: int, work
     try:
         await wait_nodes_schedulable(api, work.nodes)
         if pykcm:
-            await pykcm.wait_for_log("Caches are synced", READY_TIMEOUT)
+            await pykcm.wait_for_log("All controllers started", READY_TIMEOUT)  # each logs "Caches are synced"
         ns = await create_namespace(api, "bench")
         kcm_before = cpu_seconds(kcm.pid)
         pykcm_before = cpu_seconds(pykcm.pid) if pykcm else 0.0
@@ -393,7 +393,7 @@ def main() -> None:
         ours = run_side(root, Side.PYKCM, qps, burst, work, deadline)
         rows.append((f"qps {qps}/burst {burst}", kcm, ours))
     print_table(rows, work)
-    print(f"clusters' logs: {root}")
+    print(f"clusters' logs (their etcd data and keys removed): {root}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Benchmark: pykcm's ReplicaSet controller against the real kube-controller-manager.
 
-Not a test: a script that prints a table. On one freshly started local control plane, for
-each client limit (--kube-api-qps/--kube-api-burst), KCM (only its replicaset controller) and
-then pykcm (`python -m pykcm.app.cli run --controllers replicaset`, a child process) each get a fresh
-namespace and:
+Not a test: a script that prints a table. On one freshly started local control plane (the
+apiserver's ceiling below is measured on it too), for each client limit
+(--kube-api-qps/--kube-api-burst), KCM (only its replicaset controller) and pykcm (`python -m
+pykcm.app.cli run --controllers replicaset`, a child process), one after the other and the first
+of them alternating from one limit to the next (KCM first at the first), each get a fresh
+namespace, removed with everything in it (its Events too) before the next side starts, and:
 
 1. scale up: 100 ReplicaSets x 10 replicas are created; time until every status has settled
    (replicas == fullyLabeledReplicas == 10, observedGeneration current) and 1,000 pods exist;
@@ -26,16 +28,20 @@ limit binds too: at --kube-api-qps 1000 its pod creates, events and status write
 requests/s.
 
 `--apiserver-cpus N` pins the apiserver and etcd to N CPUs: a control plane short of CPU, where
-what each request costs the apiserver decides the times. `--kcm-content-type json` runs KCM on
-JSON as pykcm is (its --kube-api-content-type; protobuf by default) and `--kcm-http1` on HTTP/1.1
-as pykcm is (client-go's DISABLE_HTTP2), to tell the wire's share of the apiserver's CPU from
-the rest. `--pykcm-content-type json` has pykcm read its pods watch as JSON too (its
---kube-api-content-type; by default protobuf, for the pods watch only). `--controllers-share-cpus` pins each controller
-manager to the apiserver's CPUs too: a small control-plane node, where a controller's own CPU is
-taken from the apiserver and etcd.
-Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10 --concurrent-syncs 5
-     --apiserver-cpus N --controllers-share-cpus --kcm-content-type protobuf|json --kcm-http1
-     --pykcm-content-type protobuf|json --pykcm-checkout DIR]
+what each request costs the apiserver decides the times. The controller managers and this
+process are not pinned then: the kernel may run them on any CPU, the apiserver's included.
+`--controllers-share-cpus` pins each controller manager to the apiserver's CPUs too: a small
+control-plane node, where a controller's own CPU is taken from the apiserver and etcd.
+`--kcm-content-type json` runs KCM on JSON as pykcm is (its --kube-api-content-type; protobuf by
+default) and `--kcm-http1` on HTTP/1.1 as pykcm is (client-go's DISABLE_HTTP2), to tell the
+wire's share of the apiserver's CPU from the rest. `--pykcm-content-type json` has pykcm read its
+pods watch as JSON too (its --kube-api-content-type; by default protobuf, for the pods watch
+only).
+
+The cluster's directory (etcd's data, keys, logs) is removed at the end.
+Run: python tests/bench/bench_replicaset.py [--replica-sets 100 --replicas 10 --limits 20/30,1000/1000
+     --concurrent-syncs 5 --apiserver-cpus N --controllers-share-cpus --kcm-content-type protobuf|json
+     --kcm-http1 --pykcm-content-type protobuf|json --pykcm-checkout DIR]
 """
 
 from __future__ import annotations
@@ -44,7 +50,6 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -54,23 +59,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pykcm.app.clientbuilder import ServiceAccountClientBuilder
 from pykcm.client.protobuf import WatchDecoder
-from pykcm.client.resources import EVENTS, PODS, REPLICASETS
+from pykcm.client.resources import CONFIGMAPS, EVENTS, NAMESPACES, PODS, REPLICASETS, SERVICEACCOUNTS
 from pykcm.client.rest import MERGE_PATCH, RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import APISERVER, ETCD, ControlPlane
 from tests.bench.common import (
-    REPO,
     Figure,
+    add_checkout_argument,
     add_pinning_arguments,
     bounded,
+    check_checkout_argument,
     check_pinning_arguments,
     cpu_seconds,
+    one_line_failures,
     peak_rss_mib,
     pin_to_cpus,
     pykcm_env,
+    scratch_directory,
     side_by_side,
 )
-from tests.support import PAUSE_IMAGE, PykcmProcess, admin_client, create_namespace, replicaset_manifest
+from tests.support import (
+    PAUSE_IMAGE,
+    PykcmProcess,
+    admin_client,
+    create_namespace,
+    is_gone,
+    replicaset_manifest,
+    wait_for,
+)
 
 KCM_ARGS = ("--use-service-account-credentials=true",)
 OBSERVER = WatchDecoder({"metadata": {"resourceVersion": True}})  # PodCreations reads no more of a pod
@@ -80,6 +96,7 @@ POLL = 0.25
 CREATE_CONCURRENCY = 50
 PHASE_TIMEOUT = 900.0
 CATCH_UP_TIMEOUT = 30.0  # for the pods watch to see the last creations
+CLEANUP_TIMEOUT = 120.0
 
 
 # -- workload ---------------------------------------------------------------------------------------
@@ -200,8 +217,18 @@ async def events_recorded(api: RestClient, ns: str) -> float:
 
 
 async def cleanup(api: RestClient, ns: str) -> None:
+    """Remove `ns` and all in it, its Events too, and wait until it is gone, so the next side starts
+    on the same apiserver and etcd contents. No namespace controller runs on this cluster (and
+    neither controller manager by now): the benchmark empties the namespace and finalizes it."""
     await api.delete_collection(REPLICASETS, ns)
     await api.delete_collection(PODS, ns, body={"gracePeriodSeconds": 0})
+    for resource in (EVENTS, CONFIGMAPS, SERVICEACCOUNTS):
+        await api.delete_collection(resource, ns)
+    await api.delete(NAMESPACES, ns)
+    namespace = await api.get(NAMESPACES, ns)
+    namespace["spec"]["finalizers"] = []
+    await api.update(NAMESPACES, namespace, subresource="finalize")
+    await wait_for(lambda: is_gone(api, NAMESPACES, ns), CLEANUP_TIMEOUT, POLL, f"namespace {ns} gone")
 
 
 # -- the two controller managers --------------------------------------------------------------------
@@ -266,11 +293,12 @@ async def apiserver_ceiling(api: RestClient, pods: int = 2000, concurrency: int 
         async with PodCreations(api, ns, pods) as creations:
             started, cpu_before = time.monotonic(), time.process_time()
             await bounded([client.create(PODS, body, namespace=ns) for _ in range(pods)], concurrency)
-            elapsed = time.monotonic() - started
+            # Not after the watch's catch-up below, which is not the creating (still in: the watch's own CPU).
+            elapsed, busy = time.monotonic() - started, time.process_time() - cpu_before
     finally:
         await client.close()
         await accounts.close()
-    ceiling = Ceiling(creations.sustained_rate(), (time.process_time() - cpu_before) / elapsed)
+    ceiling = Ceiling(creations.sustained_rate(), busy / elapsed)
     await cleanup(api, ns)
     return ceiling
 
@@ -286,6 +314,8 @@ def print_table(rows: list[tuple[str, Result, Result]], ceiling: Ceiling, args: 
     pinned = f"pinned to {args.apiserver_cpus} CPU(s)" if args.apiserver_cpus else "not pinned"
     if args.controllers_share_cpus:
         pinned += ", each controller manager with them"
+    elif args.apiserver_cpus:
+        pinned += ", the controller managers not pinned"
     kcm_http = "HTTP/1.1" if args.kcm_http1 else "HTTP/2"
     ours = "json" if args.pykcm_content_type == "json" else "protobuf for its pods watch, json for the rest,"
     print(f"apiserver and etcd {pinned}; KCM on {args.kcm_content_type} over {kcm_http}, pykcm on {ours} over HTTP/1.1")
@@ -312,7 +342,8 @@ def print_table(rows: list[tuple[str, Result, Result]], ceiling: Ceiling, args: 
 
 async def main_async(args: argparse.Namespace) -> None:
     settings = [tuple(int(x) for x in s.split("/")) for s in args.limits.split(",")]
-    with running(Path(tempfile.mkdtemp(prefix="pykcm-bench-")), log=lambda m: print(f"[testenv] {m}")) as plane:
+    with scratch_directory("pykcm-bench-replicaset-") as root, \
+            running(root / "cluster", log=lambda m: print(f"[testenv] {m}")) as plane:
         if args.apiserver_cpus:
             pin_to_cpus((plane.processes[APISERVER].pid, plane.processes[ETCD].pid), args.apiserver_cpus)
         if args.kcm_http1:  # read by client-go in the KCM this process starts; the apiserver is up already
@@ -322,13 +353,17 @@ async def main_async(args: argparse.Namespace) -> None:
             rows = []
             workload = (args.replica_sets, args.replicas, args.concurrent_syncs)
             shared = args.apiserver_cpus if args.controllers_share_cpus else 0
-            for qps, burst in settings:
-                print(f"[bench] qps {qps}/burst {burst}: kube-controller-manager ...", flush=True)
-                kcm = await bench_kcm(plane, api, qps, burst, *workload, args.kcm_content_type, shared)
-                print(f"[bench] qps {qps}/burst {burst}: pykcm ...", flush=True)
-                ours = await bench_pykcm(plane, api, qps, burst, *workload, plane.logs_dir, args.pykcm_checkout,
-                                         shared, args.pykcm_content_type)
-                rows.append((f"qps {qps}/burst {burst}", kcm, ours))
+            for index, (qps, burst) in enumerate(settings):
+                results: dict[str, Result] = {}
+                # Alternating which side goes first spreads what running second means (etcd's
+                # revisions until the next compaction, warm caches) over both.
+                for side in ("kcm", "pykcm") if index % 2 == 0 else ("pykcm", "kcm"):
+                    print(f"[bench] qps {qps}/burst {burst}: {side} ...", flush=True)
+                    results[side] = await (
+                        bench_kcm(plane, api, qps, burst, *workload, args.kcm_content_type, shared) if side == "kcm"
+                        else bench_pykcm(plane, api, qps, burst, *workload, plane.logs_dir, args.pykcm_checkout,
+                                         shared, args.pykcm_content_type))
+                rows.append((f"qps {qps}/burst {burst}", results["kcm"], results["pykcm"]))
             print("[bench] apiserver ceiling ...", flush=True)
             ceiling = await apiserver_ceiling(api)
         finally:
@@ -338,8 +373,8 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--replica-sets", type=int, default=100)
-    parser.add_argument("--replicas", type=int, default=10)
+    parser.add_argument("--replica-sets", type=int, default=100, help="ReplicaSets created by each side")
+    parser.add_argument("--replicas", type=int, default=10, help="replicas of each ReplicaSet")
     parser.add_argument("--limits", default="20/30,1000/1000", help="qps/burst pairs, comma separated")
     parser.add_argument("--concurrent-syncs", type=int, default=5,
                         help="--concurrent-replicaset-syncs of both sides (5: KCM's default)")
@@ -350,16 +385,14 @@ def main() -> None:
                         help="KCM on HTTP/1.1, as pykcm (client-go's DISABLE_HTTP2)")
     parser.add_argument("--pykcm-content-type", choices=sorted(KCM_CONTENT_TYPES), default="protobuf",
                         help="pykcm's --kube-api-content-type (protobuf: its pods watch)")
-    parser.add_argument("--pykcm-checkout", type=Path, default=REPO,
-                        help="the checkout pykcm runs from (e.g. `git worktree add` of an earlier commit)")
+    add_checkout_argument(parser)
     args = parser.parse_args()
     check_pinning_arguments(parser, args)
-    if not (args.pykcm_checkout / "pykcm" / "app" / "options.py").is_file():
-        parser.error(f"--pykcm-checkout {args.pykcm_checkout}: no pykcm checkout there")
+    check_checkout_argument(parser, args)
     if args.pykcm_content_type != "json" and not knows_content_type(args.pykcm_checkout):
         parser.error(f"pykcm in {args.pykcm_checkout} reads JSON only: add --pykcm-content-type json")
     asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":
-    main()
+    one_line_failures(main)

@@ -23,7 +23,9 @@ goroutines, which write out HTTP/2 responses (only KCM speaks HTTP/2 here); the 
 CPU less the baseline's (the status patches cost it about a hundred times what a watcher does, so
 this one is noisy; the controller writes nothing here); and the controller manager's own CPU
 seconds. The profile is read with `go tool pprof`, from the Go toolchain that built the control
-plane.
+plane (looked for before anything starts). A controller manager that is no longer running at
+the end of its phase, or a pykcm that fell back to reading its pods watch as JSON in a protobuf
+phase, becomes a note under the table. The cluster's directory is removed at the end.
 
     python tests/bench/bench_watch.py [--pods 2000 --rate 100 --duration 30 --rounds 3 --apiserver-cpus N
                                        --controllers-share-cpus]
@@ -37,12 +39,11 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a plain script from anywhere
@@ -61,8 +62,11 @@ from tests.bench.common import (
     bounded,
     check_pinning_arguments,
     cpu_seconds,
+    one_line_failures,
     pin_to_cpus,
     pykcm_env,
+    running_still,
+    scratch_directory,
     side_by_side,
 )
 from tests.support import PykcmProcess, admin_client, create_namespace
@@ -77,6 +81,7 @@ CREATE_CONCURRENCY = 50
 # Serving a watch: its handler, and for HTTP/2 the connection's goroutines (separate from it).
 WATCH_SERVING = ("k8s.io/apiserver/pkg/endpoints/handlers.(*WatchServer).HandleHTTP",
                  "golang.org/x/net/http2.(*serverConn).serve", "golang.org/x/net/http2.(*serverConn).writeFrameAsync")
+JSON_FALLBACK = "Reading the watch as JSON from now on"  # pykcm's reflector, on a pod it cannot decode
 PPROF_CUM = re.compile(r"^\s*\S+\s+\S+\s+\S+\s+([0-9.]+)(ms|s)\s")  # the cum column of `pprof -top`
 
 
@@ -90,6 +95,7 @@ class Sample:
     own_cpu: float
     patched: int
     seen: int
+    notes: list[str] = field(default_factory=list)
 
 
 def pod(index: int) -> dict:
@@ -129,13 +135,14 @@ async def observe(api: RestClient, seen: list[int]) -> None:
             seen[0] += 1
 
 
-def watch_serving_seconds(plane: ControlPlane, seconds: int, directory: Path) -> float:
-    """CPU seconds the apiserver spends serving watches over the next `seconds`, from its profile."""
+def watch_serving_seconds(plane: ControlPlane, seconds: int, directory: Path, go: str) -> float:
+    """CPU seconds the apiserver spends serving watches over the next `seconds` (at least 1: 0 is
+    net/http/pprof's 30 s default), from its profile, read with the toolchain `go`."""
     url = f"{plane.apiserver_url}/debug/pprof/profile?seconds={seconds}"
     with urllib.request.urlopen(url, context=plane.ssl_context(), timeout=seconds + 60) as response:
         path = directory / f"apiserver-{time.monotonic_ns()}.pprof"
         path.write_bytes(response.read())
-    top = subprocess.run([find_go(), "tool", "pprof", "-top", "-cum", "-unit=ms", "-nodecount=1000000", str(path)],
+    top = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-unit=ms", "-nodecount=1000000", str(path)],
                          capture_output=True, text=True, check=True).stdout
     cumulative = (PPROF_CUM.match(line) for line in top.splitlines() if line.rstrip().endswith(WATCH_SERVING))
     return sum(float(match[1]) / (1000 if match[2] == "ms" else 1) for match in cumulative if match)
@@ -145,10 +152,11 @@ def watch_serving_seconds(plane: ControlPlane, seconds: int, directory: Path) ->
 
 
 @asynccontextmanager
-async def controller_manager(plane: ControlPlane, phase: str, cpus: int) -> AsyncIterator[int | None]:
-    """The phase's controller manager, started and synced; yields its pid (None: the baseline)."""
+async def controller_manager(plane: ControlPlane, phase: str, cpus: int) -> AsyncIterator[tuple[int, Path | None]]:
+    """The phase's controller manager, started and synced; yields its pid (0: the baseline, none)
+    and pykcm's log."""
     if phase == BASELINE:
-        yield None
+        yield 0, None
         return
     limits = (f"--kube-api-qps={CLIENT_LIMIT}", f"--kube-api-burst={CLIENT_LIMIT}")
     if phase == KCM:
@@ -158,22 +166,22 @@ async def controller_manager(plane: ControlPlane, phase: str, cpus: int) -> Asyn
             await asyncio.sleep(SETTLE)
             if cpus:
                 pin_to_cpus((proc.pid,), cpus)
-            yield proc.pid
+            yield proc.pid, None
         finally:
             await asyncio.to_thread(plane.stop_kcm)
         return
     content_type = KCM_CONTENT_TYPES["protobuf" if phase == PYKCM_PROTOBUF else "json"]
+    log = plane.logs_dir / f"{phase}-{time.monotonic_ns()}.log"
     ours = PykcmProcess(
         "--kubeconfig", str(plane.kubeconfig), "--controllers", "replicaset", "--use-service-account-credentials",
-        *limits, f"--kube-api-content-type={content_type}",
-        log_path=plane.logs_dir / f"{phase}-{time.monotonic_ns()}.log", env=pykcm_env(),
+        *limits, f"--kube-api-content-type={content_type}", log_path=log, env=pykcm_env(),
     )
     try:
         await ours.wait_for_log("Caches are synced")
         await asyncio.sleep(SETTLE)
         if cpus:
             pin_to_cpus((ours.pid,), cpus)
-        yield ours.pid
+        yield ours.pid, log
     finally:
         ours.signal()
         await ours.wait(60)
@@ -185,20 +193,26 @@ async def run_phase(plane: ControlPlane, api: RestClient, ns: str, names: list[s
     apiserver = plane.processes[APISERVER].pid
     seen = [0]
     shared = args.apiserver_cpus if args.controllers_share_cpus else 0
-    async with controller_manager(plane, phase, shared) as pid:
+    notes: list[str] = []
+    async with controller_manager(plane, phase, shared) as (pid, log):
         watcher = asyncio.create_task(observe(api, seen))
         await asyncio.sleep(1.0)  # the watcher's list and watch are not the phase's
         seen[0] = 0
         apiserver_before, manager_before = cpu_seconds(apiserver), cpu_seconds(pid) if pid else 0.0
         profile = asyncio.create_task(
-            asyncio.to_thread(watch_serving_seconds, plane, round(args.duration), plane.logs_dir))
+            asyncio.to_thread(watch_serving_seconds, plane, args.duration, plane.logs_dir, args.go))
         patched = await kubelets(api, ns, names, args.rate, args.duration)
         apiserver_cpu = cpu_seconds(apiserver) - apiserver_before
         own_cpu = cpu_seconds(pid) - manager_before if pid else float("nan")
         watching = await profile
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
-    return Sample(watching, apiserver_cpu, own_cpu, patched, seen[0])
+        # A crashed controller manager would pass for a cheap one, a fallen-back pykcm for protobuf.
+        if pid and not running_still(pid):
+            notes.append(f"{phase}: the controller manager was no longer running at the end of the phase")
+        if phase == PYKCM_PROTOBUF and log is not None and JSON_FALLBACK in log.read_text(errors="replace"):
+            notes.append(f"{phase}: pykcm fell back to reading its pods watch as JSON")
+    return Sample(watching, apiserver_cpu, own_cpu, patched, seen[0], notes)
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -212,10 +226,11 @@ def print_table(results: dict[str, list[Sample]], args: argparse.Namespace) -> N
         return median(phase, figure) - median(BASELINE, figure)
 
     print()
-    print(f"Pods watch benchmark: {args.pods} pods, their statuses patched {args.rate}/s for {args.duration:.0f} s "
+    print(f"Pods watch benchmark: {args.pods} pods, their statuses patched {args.rate}/s for {args.duration} s "
           f"a phase, {args.rounds} round(s), local kube-apiserver {KUBERNETES_VERSION}")
     pinned = f"pinned to {args.apiserver_cpus} CPU(s)" if args.apiserver_cpus else "not pinned"
     print(f"apiserver and etcd {pinned}; KCM on protobuf over HTTP/2, pykcm over HTTP/1.1; medians over the rounds")
+    notes = sorted({note for samples in results.values() for sample in samples for note in sample.notes})
     groups = [
         (label, [
             Figure("apiserver CPU serving watches, over the baseline (s)",
@@ -223,7 +238,7 @@ def print_table(results: dict[str, list[Sample]], args: argparse.Namespace) -> N
             Figure("apiserver CPU, over the baseline (s)",
                    over_baseline(KCM, "apiserver_cpu"), over_baseline(phase, "apiserver_cpu"), "{:.2f}"),
             Figure("controller manager CPU (s)", median(KCM, "own_cpu"), median(phase, "own_cpu"), "{:.2f}"),
-        ], [])
+        ], [note for note in notes if note.startswith((f"{KCM}:", f"{phase}:"))])
         for phase, label in ((PYKCM_PROTOBUF, "pykcm's pods watch: protobuf"), (PYKCM_JSON, "pykcm's pods watch: JSON"))
     ]
     print("\n".join(side_by_side(groups, label_width=30, label_header="")))
@@ -237,7 +252,8 @@ def print_table(results: dict[str, list[Sample]], args: argparse.Namespace) -> N
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    with running(Path(tempfile.mkdtemp(prefix="pykcm-bench-")), log=lambda m: print(f"[testenv] {m}")) as plane:
+    with scratch_directory("pykcm-bench-watch-") as root, \
+            running(root / "cluster", log=lambda m: print(f"[testenv] {m}")) as plane:
         if args.apiserver_cpus:
             pin_to_cpus((plane.processes[APISERVER].pid, plane.processes[ETCD].pid), args.apiserver_cpus)
         api = admin_client(plane.kubeconfig, qps=10_000, burst=10_000)
@@ -262,17 +278,19 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pods", type=int, default=2000)
+    parser.add_argument("--pods", type=int, default=2000, help="pods whose statuses are patched")
     parser.add_argument("--rate", type=int, default=100, help="pod status patches a second")
-    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load a phase")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=30,
+                        help="seconds of load a phase, whole (the apiserver's profile covers whole seconds)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the four phases, their order rotated")
     add_pinning_arguments(parser)
     args = parser.parse_args()
     check_pinning_arguments(parser, args)
-    if min(args.pods, args.rate, args.rounds) < 1 or args.duration <= 0:
-        parser.error("--pods, --rate, --rounds and --duration must be positive")
+    if min(args.pods, args.rate, args.rounds, args.duration) < 1:
+        parser.error("--pods, --rate, --rounds and --duration must be at least 1")
+    args.go = find_go()  # before the cluster and the pods: without it no phase can be read
     asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":
-    main()
+    one_line_failures(main)

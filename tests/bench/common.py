@@ -9,7 +9,10 @@ import compileall
 import contextlib
 import math
 import os
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import shutil
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +23,7 @@ from pykcm.client.resources import LEASES
 from pykcm.client.rest import RestClient
 from pykcm.testenv.cluster import running
 from pykcm.testenv.controlplane import ControlPlane
+from pykcm.testenv.errors import ControlPlaneError
 
 T = TypeVar("T")
 
@@ -87,7 +91,8 @@ def on_fresh_cluster(directory: Path, label: str, bench: Callable[[ControlPlane]
                      failed: Callable[[str], T], **cluster: Any) -> T:
     """`bench` on a fresh local cluster (`running(directory, **cluster)`), so caches and etcd start
     out equal for both sides; a side that fails is `failed(note)`, a note in the table rather than
-    the end of the run."""
+    the end of the run. Afterwards (also after a failure or Ctrl-C) only the cluster's logs stay
+    in `directory`: its etcd data, keys and kubeconfigs are removed."""
     print(f"[bench] {label}, cluster in {directory}", flush=True)
     try:
         with running(directory, log=lambda m: print(f"[testenv] {m}", flush=True), **cluster) as plane:
@@ -95,13 +100,73 @@ def on_fresh_cluster(directory: Path, label: str, bench: Callable[[ControlPlane]
     except Exception as err:
         print(f"[bench] {label} failed: {err!r}", flush=True)
         return failed(f"{label}: failed: {err!r}"[:300])
+    finally:
+        keep_only_logs(directory)
+
+
+# -- scratch directories ----------------------------------------------------------------------------
+
+
+def keep_only_logs(directory: Path) -> None:
+    """Remove everything in a cluster's `directory` but its `logs`: etcd's data can be gigabytes,
+    and the private keys and kubeconfigs have no use once the cluster is stopped."""
+    if not directory.is_dir():
+        return
+    for entry in directory.iterdir():
+        if entry.name == "logs" and entry.is_dir() and not entry.is_symlink():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def scratch_directory(prefix: str) -> Iterator[Path]:
+    """A temp directory for a benchmark's cluster, removed at exit whatever ends the run (the
+    control plane, stopped by `running` inside it, is gone by then)."""
+    with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as tmp:
+        yield Path(tmp)
+
+
+def one_line_failures(main: Callable[[], None]) -> None:
+    """Run `main`; a control plane that cannot start (or be built) ends the run with one line on
+    stderr and exit status 1 rather than a traceback."""
+    try:
+        main()
+    except ControlPlaneError as err:
+        print(f"[bench] failed: {err}".replace("\n", " ")[:500], file=sys.stderr)
+        sys.exit(1)
+
+
+# -- the pykcm checkout -----------------------------------------------------------------------------
+
+
+def checkout_problem(checkout: Path) -> str | None:
+    """Why `checkout` is not a pykcm checkout to run from, or None: a wrong path would otherwise
+    fall through to this checkout's pykcm (the child's path ends with it), an after/after table."""
+    if not (checkout / "pykcm" / "app" / "options.py").is_file():
+        return f"--pykcm-checkout {checkout}: no pykcm checkout there (no pykcm/app/options.py)"
+    return None
+
+
+def add_checkout_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pykcm-checkout", type=Path, default=REPO,
+                        help="the checkout pykcm runs from (e.g. `git worktree add` of an earlier commit)")
+
+
+def check_checkout_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    args.pykcm_checkout = args.pykcm_checkout.resolve()
+    if problem := checkout_problem(args.pykcm_checkout):
+        parser.error(problem)
 
 
 def add_pinning_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--apiserver-cpus", type=int, default=0,
                         help="pin the apiserver and etcd to this many CPUs (0: not pinned)")
     parser.add_argument("--controllers-share-cpus", action="store_true",
-                        help="pin each controller manager to the apiserver's CPUs too (needs --apiserver-cpus)")
+                        help="pin each controller manager to the apiserver's CPUs too (needs --apiserver-cpus; "
+                             "without it the controller managers are not pinned at all)")
 
 
 def check_pinning_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -172,7 +237,10 @@ class Figure:
 
 
 def ratio(ours: float | None, theirs: float | None) -> str:
-    if ours is None or theirs is None or not math.isfinite(ours) or not math.isfinite(theirs) or not theirs:
+    """ours/theirs; n/a unless both are positive (a difference of medians can be negative: noise)."""
+    if ours is None or theirs is None or not math.isfinite(ours) or not math.isfinite(theirs):
+        return "n/a"
+    if ours <= 0 or theirs <= 0:
         return "n/a"
     return f"{ours / theirs:.2f}x"
 
