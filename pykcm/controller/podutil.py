@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pykcm.informers.projection import Projection
@@ -168,56 +169,82 @@ def _log2_bucket(t: float, now: float) -> int:
     return int(math.log2(age_ns)) if age_ns > 0 else -1
 
 
-def _newer_first(t1: float | None, t2: float | None, uid1: str, uid2: str, now: float | None) -> bool:
-    """Less for rules 6 and 8: a zero time counts as newest; with `now`, ages compare in log2
-    buckets and equal buckets fall back to the pod UID (a stable pseudo-random order)."""
+def _newer_first(t1: float | None, t2: float | None, buckets: tuple[int, int], uids: tuple[str, str],
+                 now: float | None) -> bool:
+    """Less for rules 6 and 8: a zero time counts as newest; with `now`, ages compare in their log2
+    `buckets` and equal buckets fall back to the pod UID (a stable pseudo-random order)."""
     if t1 is None or t2 is None:
         return t1 is None
     if now is None:
         return t1 > t2
-    diff = _log2_bucket(t1, now) - _log2_bucket(t2, now)
-    if diff == 0:
-        return uid1 < uid2
-    return diff < 0
+    if buckets[0] == buckets[1]:
+        return uids[0] < uids[1]
+    return buckets[0] < buckets[1]
 
 
-def _less(a: Obj, b: Obj, rank_a: int, rank_b: int, now: float | None, use_deletion_cost: bool = True) -> bool:
+@dataclass(slots=True)
+class _Ranked:
+    """What ActivePodsWithRanks.Less reads of one pod, worked out once per sort: a comparison then
+    reads fields instead of parsing timestamps (a sort makes n log n of them, on the event loop)."""
+
+    scheduled: bool
+    phase: int
+    ready: bool
+    cost: int
+    rank: int
+    uid: str
+    ready_since: float | None
+    ready_bucket: int
+    restarts: tuple[int, int]
+    created: float | None
+    created_bucket: int
+
+    @classmethod
+    def of(cls, pod: Obj, rank: int, now: float | None, use_deletion_cost: bool) -> _Ranked:
+        ready = is_pod_ready(pod)
+        since = _ready_time(pod) if ready else None
+        created = parse_time(pod["metadata"].get("creationTimestamp"))
+        return cls(
+            scheduled=bool((pod.get("spec") or {}).get("nodeName", "")),
+            phase=_PHASE_ORDINAL.get(phase(pod), 0),
+            ready=ready,
+            cost=deletion_cost(pod) if use_deletion_cost else 0,
+            rank=rank,
+            uid=pod["metadata"].get("uid", ""),
+            ready_since=since,
+            ready_bucket=_log2_bucket(since, now) if since is not None and now is not None else 0,
+            restarts=max_container_restarts(pod),
+            created=created,
+            created_bucket=_log2_bucket(created, now) if created is not None and now is not None else 0,
+        )
+
+
+def _less(a: _Ranked, b: _Ranked, now: float | None) -> bool:
     """True if `a` should be deleted before `b` (ActivePodsWithRanks.Less); first differing rule wins."""
-    node_a, node_b = (a.get("spec") or {}).get("nodeName", ""), (b.get("spec") or {}).get("nodeName", "")
     # 1. unscheduled before scheduled
-    if node_a != node_b and (not node_a or not node_b):
-        return not node_a
+    if a.scheduled != b.scheduled:
+        return not a.scheduled
     # 2. Pending < Unknown < Running
-    phase_a, phase_b = _PHASE_ORDINAL.get(phase(a), 0), _PHASE_ORDINAL.get(phase(b), 0)
-    if phase_a != phase_b:
-        return phase_a < phase_b
+    if a.phase != b.phase:
+        return a.phase < b.phase
     # 3. not ready before ready
-    ready_a, ready_b = is_pod_ready(a), is_pod_ready(b)
-    if ready_a != ready_b:
-        return not ready_a
-    # 4. lower pod-deletion-cost first (with KCM's PodDeletionCost gate on)
-    if use_deletion_cost:
-        cost_a, cost_b = deletion_cost(a), deletion_cost(b)
-        if cost_a != cost_b:
-            return cost_a < cost_b
+    if a.ready != b.ready:
+        return not a.ready
+    # 4. lower pod-deletion-cost first (with KCM's PodDeletionCost gate on; 0 for all with it off)
+    if a.cost != b.cost:
+        return a.cost < b.cost
     # 5. more co-located related pods first
-    if rank_a != rank_b:
-        return rank_a > rank_b
-    uid_a, uid_b = a["metadata"].get("uid", ""), b["metadata"].get("uid", "")
+    if a.rank != b.rank:
+        return a.rank > b.rank
     # 6. both ready: ready for a shorter time first
-    if ready_a and ready_b:
-        since_a, since_b = _ready_time(a), _ready_time(b)
-        if since_a != since_b:
-            return _newer_first(since_a, since_b, uid_a, uid_b, now)
+    if a.ready and b.ready and a.ready_since != b.ready_since:
+        return _newer_first(a.ready_since, b.ready_since, (a.ready_bucket, b.ready_bucket), (a.uid, b.uid), now)
     # 7. more container restarts first
-    restarts_a, restarts_b = max_container_restarts(a), max_container_restarts(b)
-    if restarts_a != restarts_b:
-        return restarts_a > restarts_b
+    if a.restarts != b.restarts:
+        return a.restarts > b.restarts
     # 8. newer first
-    created_a = parse_time(a["metadata"].get("creationTimestamp"))
-    created_b = parse_time(b["metadata"].get("creationTimestamp"))
-    if created_a != created_b:
-        return _newer_first(created_a, created_b, uid_a, uid_b, now)
+    if a.created != b.created:
+        return _newer_first(a.created, b.created, (a.created_bucket, b.created_bucket), (a.uid, b.uid), now)
     return False
 
 
@@ -232,14 +259,14 @@ def sort_for_deletion(
     """`pods` ordered best-to-delete first. `ranks[i]` is the number of related active pods on
     pod i's node; `now` enables the logarithmic age comparison (None compares exact times);
     `use_deletion_cost` False leaves the pod-deletion-cost annotation out (KCM's PodDeletionCost off)."""
-    indexed = list(range(len(pods)))
+    ranked = [_Ranked.of(pod, rank, now, use_deletion_cost) for pod, rank in zip(pods, ranks, strict=True)]
 
     def compare(i: int, j: int) -> int:
-        if _less(pods[i], pods[j], ranks[i], ranks[j], now, use_deletion_cost):
+        if _less(ranked[i], ranked[j], now):
             return -1
-        if _less(pods[j], pods[i], ranks[j], ranks[i], now, use_deletion_cost):
+        if _less(ranked[j], ranked[i], now):
             return 1
         return 0
 
-    indexed.sort(key=functools.cmp_to_key(compare))
-    return [pods[i] for i in indexed]
+    order = sorted(range(len(pods)), key=functools.cmp_to_key(compare))
+    return [pods[i] for i in order]
