@@ -236,8 +236,8 @@ async def _serve(manager, watch: ControlPlane | None = None) -> None:
     log.v(2).info("Event loop", implementation=eventloop.implementation(loop))
 
     def on_signal(signum: int) -> None:
-        if stop.is_set():  # a second Ctrl-C means "now"
-            sys.exit(128 + signum)
+        if stop.is_set():  # a second signal means "now": exit 1, as KCM's SetupSignalContext does
+            sys.exit(1)
         log.info("Received signal, shutting down", signal=signal.Signals(signum).name)
         stop.set()
 

@@ -154,7 +154,10 @@ class ServiceAccountClientBuilder:
 async def _refused_within(token: _Token, seconds: float) -> bool:
     """Wait `seconds`, or less if a request is refused the token meanwhile; say which."""
     try:
-        await asyncio.wait_for(token.refused.wait(), seconds)
+        # Not wait_for: on Python 3.11 it can swallow a cancellation (at shutdown) that arrives as the
+        # wait ends, and this renewer would then run on.
+        async with asyncio.timeout(seconds):
+            await token.refused.wait()
     except TimeoutError:
         return False
     return True

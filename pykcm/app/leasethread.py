@@ -41,6 +41,7 @@ from pykcm.client.config import ClientConfig
 from pykcm.client.events import EventRecorder
 from pykcm.client.fence import WriteFence
 from pykcm.client.rest import RestClient
+from pykcm.util.errors import described_with_type
 from pykcm.util.log import get_logger
 
 log = get_logger("leaderelection")
@@ -154,22 +155,29 @@ class ThreadedElector:
         return True
 
     async def renew(self, stop: asyncio.Event) -> bool:
-        """Renew until `stop` (True), or until the renewal fails or the fence refused a write (False)."""
+        """Renew until `stop` (True), or until the renewal fails or the fence refused a write (False);
+        a crash of the renewal raises. Any end but True leaves the fence shut and the metric at 0."""
         renewing = asyncio.ensure_future(self._with_stop(stop, self.elector.renew))
         fenced = asyncio.create_task(self._fenced.wait())
+        renewed = False
         try:
             await asyncio.wait({renewing, fenced}, return_when=asyncio.FIRST_COMPLETED)
+            if not self._fenced.is_set():
+                renewed = bool(await renewing)
+                return renewed
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
+            return False
         finally:
             fenced.cancel()
-        if not self._fenced.is_set():
-            renewed = bool(await renewing)
+            if not renewing.done():  # we are cancelled: so is the renewal on the thread
+                renewing.cancel()
             if not renewed:
-                self._fence.shut(self.elector.lost_reason or "leader election lost")
-            return renewed
-        renewing.cancel()
-        await asyncio.gather(renewing, return_exceptions=True)
-        metrics.leader_election_master_status.labels(self.elector.name).set(0)
-        return False
+                # Any other end (lost, a refused write, a crash of the renewal, cancelled) leaves this
+                # process not leading: no write of it may pass, and the metric says so.
+                if not self._fenced.is_set():  # else the refused write's reason stays
+                    self._fence.shut(self.elector.lost_reason or _stop_reason(renewing))
+                metrics.leader_election_master_status.labels(self.elector.name).set(0)
 
     def _on_write_refused(self, request: str, reason: str) -> None:
         """Called by the fence on the main loop, for the first refused write and any after it."""
@@ -196,6 +204,13 @@ class ThreadedElector:
         if self.lock.events is not None:
             await self.lock.events.close()
         await self.lock.client.close()
+
+
+def _stop_reason(renewing: asyncio.Future[bool]) -> str:
+    """Why the fence shuts when the elector gave no reason: its renewal crashed, or it was lost."""
+    if renewing.done() and not renewing.cancelled() and (err := renewing.exception()) is not None:
+        return f"lease renewal crashed: {described_with_type(err)}"
+    return "leader election lost"
 
 
 async def _new_event() -> asyncio.Event:

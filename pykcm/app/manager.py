@@ -191,6 +191,7 @@ class Manager:
         # Certificate files and the client CA are re-read while serving, as KCM's dynamic content.
         fetch = (lambda: read_client_ca(authn_client)) if lookup else None
         self._tls_refresh = asyncio.create_task(tls.run(fetch), name="serving tls")
+        self._tls_refresh.add_done_callback(_say_tls_refresh_crashed)
 
     async def _serving_tls(self) -> DynamicServingTLS:
         """The serving pair: --tls-cert-file's, else --cert-dir's (made there if missing), else one in
@@ -244,7 +245,7 @@ class Manager:
             lost = renewing.done() and not _succeeded(renewing)
             if lost:
                 # Another process may lead as soon as the lease expires: stop now, don't drain.
-                log.error(None, "leaderelection lost/stopped", lease=elector.lock.describe())
+                _say_lost(elector, renewing)
                 self._drain_timeout = 0.0
             stop_controllers.set()
             await running  # re-raises a controller crash after shutting the rest down
@@ -259,7 +260,7 @@ class Manager:
                 await asyncio.gather(running, return_exceptions=True)
             if not (lost or cancelled) and renewing.done() and not _succeeded(renewing):
                 lost = True  # during the drain: no release, and said as at any other time
-                log.error(None, "leaderelection lost/stopped", lease=elector.lock.describe())
+                _say_lost(elector, renewing)
             stop_renewing.set()
             if cancelled:  # no time to release: a standby waits out the lease
                 renewing.cancel()
@@ -385,6 +386,21 @@ def raise_open_files_limit() -> None:
 
 def _cannot_build(cls: type[Controller], err: Exception) -> ManagerError:
     return ManagerError(f"controller {cls.name!r} cannot be built: {described_with_type(err)}")
+
+
+def _say_lost(elector: ThreadedElector, renewing: asyncio.Task[bool]) -> None:
+    """The lost lease, preceded by the exception that ended the renewal if it crashed: a bug in
+    pykcm, which would otherwise pass as a lost lease with no cause."""
+    if not renewing.cancelled() and (err := renewing.exception()) is not None:
+        log.error(described_with_type(err), "Lease renewal crashed", lease=elector.lock.describe())
+    log.error(None, "leaderelection lost/stopped", lease=elector.lock.describe())
+
+
+def _say_tls_refresh_crashed(task: asyncio.Task[None]) -> None:
+    """DynamicServingTLS.run catches the failures it expects; anything else ends the reloading of the
+    serving pair and client CA for good, and is said here (a cancellation at shutdown is not)."""
+    if not task.cancelled() and (err := task.exception()) is not None:
+        log.error(described_with_type(err), "Serving certificate reloading stopped unexpectedly")
 
 
 def _succeeded(task: asyncio.Task[bool]) -> bool:

@@ -228,7 +228,7 @@ def test_a_start_that_failed_in_a_process_keeps_the_temp_dir_for_its_logs_and_sa
 
 @pytest.mark.parametrize(("error", "dead", "kept"), [
     (OSError("failed to listen"), [], False),  # pykcm's own error: its logs are not the cluster's
-    (SystemExit(130), [], False),  # a second Ctrl-C while the manager stopped
+    (SystemExit(1), [], False),  # a second Ctrl-C while the manager stopped (exit 1, as KCM)
     (RuntimeError("the local cluster lost kube-scheduler"), ["kube-scheduler"], True),
 ])
 def test_after_the_start_the_temp_dir_is_kept_only_when_a_process_of_the_cluster_died(

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client import REGISTRY
 
 from pykcm.app import leasethread
 from pykcm.app.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
@@ -222,3 +223,49 @@ async def test_default_settings_say_nothing_of_the_renew_interval(
     await elector.close()
     assert not [r for r in caplog.records if "more often" in r.getMessage()]
     assert elector.elector.renew_interval == DEFAULTS.retry_period
+
+
+# -- a renewal that ends other than renewed -------------------------------------------------------
+
+
+def master_status(name: str) -> float | None:
+    return REGISTRY.get_sample_value("leader_election_master_status", {"name": name})
+
+
+async def test_a_crashed_renewal_shuts_the_fence_and_is_no_longer_leading(threaded: ThreadLeaseApi) -> None:
+    """A bug raising in the renewal (not a False answer) must not leave writes passing until the
+    window closes, nor the metric saying this process leads."""
+    name, fence = unique(), WriteFence()
+    elector = threaded_elector(name, FAST, fence)
+    try:
+        assert await elector.acquire(asyncio.Event())
+        assert master_status(name) == 1 and fence.reason_to_refuse() is None
+
+        async def crash(_stop: asyncio.Event) -> bool:  # on the thread, as the elector's renew runs
+            raise KeyError("boom")
+
+        elector.elector.renew = crash  # type: ignore[method-assign]
+        with pytest.raises(KeyError):
+            await elector.renew(asyncio.Event())
+        assert (fence.reason_to_refuse() or "").startswith("lease renewal crashed: KeyError: 'boom'")
+        assert master_status(name) == 0
+    finally:
+        await elector.close()
+
+
+async def test_a_cancelled_renewal_shuts_the_fence_and_stops_renewing(threaded: ThreadLeaseApi) -> None:
+    name, fence = unique(), WriteFence()
+    elector = threaded_elector(name, FAST, fence)
+    try:
+        assert await elector.acquire(asyncio.Event())
+        renewing = asyncio.create_task(elector.renew(asyncio.Event()))
+        await asyncio.sleep(0.25)
+        renewing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await renewing
+        assert fence.reason_to_refuse() == "leader election lost" and master_status(name) == 0
+        renewed = threaded.objects[lease_path(name)]["spec"]["renewTime"]
+        await asyncio.sleep(0.3)  # three renew intervals: the renewal on the thread was cancelled too
+        assert threaded.objects[lease_path(name)]["spec"]["renewTime"] == renewed
+    finally:
+        await elector.close()

@@ -94,3 +94,39 @@ def test_the_watch_list_gate_is_kcms_feature_gate_not_client_gos_environment_var
     assert Manager(Options(), config, []).factory.informer(CONFIGMAPS).reflector.watch_list is True
     off = Options(feature_gates={"WatchListClient": False})
     assert Manager(off, config, []).factory.informer(CONFIGMAPS).reflector.watch_list is False
+
+
+class CrashingElector(Elector):
+    """A bug in the renewal: renew() raises after `crash_after` seconds instead of answering."""
+
+    def __init__(self, crash_after: float) -> None:
+        super().__init__(lose_after=None)
+        self.crash_after = crash_after
+
+    async def renew(self, stop: asyncio.Event) -> bool:
+        await asyncio.sleep(self.crash_after)
+        raise KeyError("boom: unexpected bug in renewal")
+
+
+@pytest.mark.parametrize("draining", [False, True])
+async def test_a_crashed_renewal_is_said_with_its_type_before_the_lost_lease(
+    draining: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Leading, or 0.05 s into a 0.2 s drain: either way the cause is logged, not only "lost".
+    elector, stop = CrashingElector(crash_after=0.05), asyncio.Event()
+    if draining:
+        stop.set()
+    with caplog.at_level(logging.INFO, logger="pykcm"), pytest.raises(ManagerError, match="leaderelection lost"):
+        await manager_draining_for(0.2)._lead(elector, stop)  # type: ignore[arg-type]
+    assert not elector.released
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == ["Lease renewal crashed", "leaderelection lost/stopped"]
+    crash = errors[0].kv  # type: ignore[attr-defined]
+    assert crash["lease"] == "kube-system/pykcm"
+    assert crash["err"].startswith("KeyError: 'boom: unexpected bug in renewal' (at test_manager_lead.py:")
+
+
+async def test_a_lost_lease_says_no_crash(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="pykcm"), pytest.raises(ManagerError):
+        await manager_draining_for(0.0)._lead(Elector(lose_after=0.01), asyncio.Event())  # type: ignore[arg-type]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == ["leaderelection lost/stopped"]
