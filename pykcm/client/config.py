@@ -34,6 +34,7 @@ from pykcm.client.kubeconfig import (
 )
 from pykcm.client.packagefiles import package_files
 from pykcm.client.proxy import parse_proxy, proxy_for
+from pykcm.client.tlsverify import verifying_context
 from pykcm.util.errors import os_error_message
 from pykcm.util.log import get_logger, one_line
 from pykcm.util.memfile import transient_path
@@ -346,9 +347,9 @@ def tls_context(
     """A client TLS context; each `*_data` (inline PEM) stands in for its file and never touches a disk."""
     try:
         if ca_data:  # PEM is ASCII; the ssl module reads a CA bundle from memory
-            ctx = ssl.create_default_context(cadata=ca_data.decode("ascii", "ignore"))
+            ctx = verifying_context(cadata=ca_data.decode("ascii", "ignore"))
         else:
-            ctx = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+            ctx = verifying_context(cafile=ca_file or None)
     except OSError as exc:  # ssl.SSLError is one
         reason = os_error_message(exc).replace("cadata", "certificate-authority-data")  # ssl's word for it
         raise ConfigError(f"invalid TLS configuration: certificate authority: {reason}") from None

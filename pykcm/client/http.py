@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from pykcm.client.fence import WriteFence
 from pykcm.client.httpconnection import HTTPConnection, HTTPError, NotSent, ServerDisconnected
 from pykcm.client.proxy import open_tunnel, parse_proxy
+from pykcm.client.tlsverify import verifying_context
 
 RequestHeaders = Mapping[str, str | list[str]]  # a list: the header sent once per value
 
@@ -71,7 +72,7 @@ class ConnectionPool:
         self._address = (parts.hostname or "localhost", parts.port or (443 if https else 80))
         self._host = parts.netloc.rpartition("@")[2]
         self._base = parts.path.rstrip("/")  # a proxy's prefix, kept as rest.request_url says
-        self._ssl = (ssl_context or ssl.create_default_context()) if https else None
+        self._ssl = (ssl_context or verifying_context()) if https else None
         self._server_name = server_name or None
         self._proxy = parse_proxy(proxy) if proxy else None  # a bad proxy URL fails here, not at each request
         self._limit, self._fence, self._idle_timeout = limit, fence, idle_timeout

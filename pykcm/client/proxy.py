@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from pykcm.client.httpconnection import MAX_HEAD
+from pykcm.client.tlsverify import verifying_context
 from pykcm.util.hostport import join_host_port
 from pykcm.util.log import one_line
 
@@ -250,7 +251,7 @@ async def open_tunnel(
 def default_tls_context() -> ssl.SSLContext:
     """The system's trust for an https:// proxy in front of an http:// server: built once, as loading
     the CA bundle blocks the loop for tens of milliseconds (a context serves any number of connections)."""
-    return ssl.create_default_context()
+    return verifying_context()
 
 
 class _ConnectReply(asyncio.Protocol):

@@ -27,7 +27,7 @@ from cryptography.x509.oid import NameOID
 
 from pykcm.app import eventloop
 from pykcm.client import retry
-from pykcm.client.config import load_config
+from pykcm.client.config import load_config, tls_context
 from pykcm.client.http import ConnectionPool, Timeout
 from pykcm.client.proxy import ProxyRefused, default_tls_context, proxy_for
 from pykcm.client.rest import RestClient
@@ -58,12 +58,13 @@ class Certs:
 
     def client(self) -> ssl.SSLContext:
         """What a kubeconfig's certificate-authority makes: the CA, names checked."""
-        return ssl.create_default_context(cafile=str(self.ca))
+        return tls_context(str(self.ca))
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    """testenv's CA, and a serving certificate it signs for SERVER_NAME alone (testenv's own name 127.0.0.1)."""
+    """testenv's CA, and a serving certificate it signs for SERVER_NAME alone (testenv's own name 127.0.0.1),
+    without an Authority Key Identifier (as some tools make them: Go does not ask for one)."""
     directory = tmp_path_factory.mktemp("pki")
     pki = ensure_pki(directory)
     ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
@@ -432,7 +433,7 @@ async def test_an_https_proxy_for_a_plain_http_server_builds_the_default_tls_con
     built: list[ssl.SSLContext] = []
     real = ssl.create_default_context
 
-    def default_context() -> ssl.SSLContext:  # the test CA, standing in for the system's trust
+    def default_context(**_: object) -> ssl.SSLContext:  # the test CA, standing in for the system's trust
         built.append(real(cafile=str(certs.ca)))
         return built[-1]
 
@@ -482,3 +483,27 @@ async def test_a_kubeconfigs_server_name_proxy_and_impersonation_reach_the_wire(
     assert seen == [{"Impersonate-User": ["łukasz"], "Impersonate-Group": ["g1", "g2"],
                      "Impersonate-Extra-scopes": ["a"]}]  # names are case-insensitive: the apiserver lowers them
     assert len(proxy.connects) == 1
+
+
+async def test_a_certificate_without_authority_key_id_verifies_as_go_verifies_it(
+        certs: Certs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.13's default context checks X.509 strictly (a leaf without an Authority Key
+    Identifier fails); Go, so KCM, does not: neither does pykcm, whatever Python's default."""
+    strict_default = ssl.create_default_context
+
+    def as_on_python_313(*args: object, **kwargs: object) -> ssl.SSLContext:
+        ctx = strict_default(*args, **kwargs)  # type: ignore[arg-type]
+        ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+        return ctx
+
+    monkeypatch.setattr(ssl, "create_default_context", as_on_python_313)
+    async with loopback_server(echo_path, certs.server()) as url:
+        strict = ConnectionPool(url, as_on_python_313(cafile=str(certs.ca)), limit=1, server_name=SERVER_NAME)
+        ours = ConnectionPool(url, certs.client(), limit=1, server_name=SERVER_NAME)
+        try:
+            with pytest.raises(ssl.SSLCertVerificationError, match="Authority Key Identifier"):
+                await strict.request("GET", "/strict", {}, None, QUICK)
+            assert (await ours.request("GET", "/ours", {}, None, QUICK)).status == 200
+        finally:
+            await strict.close()
+            await ours.close()
