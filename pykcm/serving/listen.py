@@ -74,16 +74,25 @@ async def create_server(
     """loop.create_server() on host:port; an unspecified host listens dual-stack where the system can."""
     sock = dual_stack_socket(port) if is_unspecified(host) else None
     if sock is None:  # a given address, or no IPv6 here: "" then is IPv4's wildcard, as Go's fallback is
-        server = await loop.create_server(factory, host or "0.0.0.0", port, reuse_address=True)
-        if not server.sockets:  # asyncio skips a family it cannot make a socket of: "::" without IPv6
+        try:
+            server = await loop.create_server(factory, host or "0.0.0.0", port, reuse_address=True)
+        except OSError as err:
+            if err.errno is None:  # Python 3.13's "could not bind on any address": no socket of the family
+                raise _no_family() from None
+            raise
+        if not server.sockets:  # asyncio (to 3.12) skips a family it cannot make a socket of: "::" without IPv6
             server.close()
-            raise OSError(errno.EAFNOSUPPORT, os.strerror(errno.EAFNOSUPPORT))
+            raise _no_family()
         return server
     try:
         return await loop.create_server(factory, sock=sock)
     except BaseException:  # listen() failing: the socket is still ours to close
         sock.close()
         raise
+
+
+def _no_family() -> OSError:
+    return OSError(errno.EAFNOSUPPORT, os.strerror(errno.EAFNOSUPPORT))
 
 
 def listen_failure(host: str, port: int, err: OSError) -> str:

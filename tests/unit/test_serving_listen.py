@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from pykcm.app import eventloop
+from pykcm.serving import listen
 from pykcm.serving.http import HTTPServer
 from pykcm.util.hostport import join_host_port
 from tests.unit.test_fence import LOOPS
@@ -111,3 +112,21 @@ def test_without_ipv6_the_ipv6_wildcard_fails_to_listen() -> None:
     with pytest.raises(OSError) as err:
         answers("::", [], use_uvloop=False)
     assert err.value.errno == errno.EAFNOSUPPORT
+
+
+async def test_python_313s_no_address_error_is_the_missing_family() -> None:
+    """3.13's create_server raises "could not bind on any address" (no errno) where 3.12 returned a
+    server without sockets: both are "address family not supported", as Go's."""
+    loop = asyncio.get_running_loop()
+
+    async def as_on_python_313(*_: object, **__: object) -> asyncio.AbstractServer:
+        raise OSError("could not bind on any address out of [('::', 0, 0, 0)]")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(listen, "dual_stack_socket", lambda port: None)
+        patch.setattr(loop, "create_server", as_on_python_313)
+        with pytest.raises(OSError) as err:
+            await listen.create_server(loop, asyncio.Protocol, "::", 0)
+    assert err.value.errno == errno.EAFNOSUPPORT
+    assert listen.listen_failure("::", 10257, err.value) == (
+        "failed to listen on [::]:10257: address family not supported by protocol")
