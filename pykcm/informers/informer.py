@@ -19,12 +19,14 @@ from pykcm.informers.store import DeletedFinalStateUnknown, Indexer, IndexFunc, 
 from pykcm.util import memory
 from pykcm.util.errors import described
 from pykcm.util.log import get_logger, one_line
+from pykcm.util.timeslice import TimeSlice
 
 log = get_logger("informer")
 
 MIN_RESYNC_PERIOD = 1.0  # client-go raises smaller handler resync periods to 1 s
-# A relist or resync hands the loop back after this many objects, so workers, watches and the
-# Lease renewal keep running while a large cache is rebuilt or replayed.
+# A relist or resync hands the loop back after this many objects, or sooner when its handlers take
+# a time slice (util/timeslice.py), so workers, watches and the Lease renewal keep running while a
+# large cache is rebuilt or replayed.
 CHUNK = 500
 
 AddFunc = Callable[[Obj], None]
@@ -63,6 +65,7 @@ class SharedInformer:
         self._synced = asyncio.Event()
         self._resync_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        self._slice = TimeSlice()
         # The resourceVersion the cache (and every handler) has caught up to: client-go's
         # LastSyncResourceVersion of the store, moved by lists, events and bookmarks alike.
         self._synced_resource_version = ""
@@ -173,11 +176,13 @@ class SharedInformer:
 
     async def _process(self) -> None:
         while True:
-            delta = await self._deltas.pop()
+            delta = await self._deltas.pop()  # does not suspend while deltas are queued
             started = time.perf_counter()
             await self._apply_logged(delta)
             self._processing_latency.observe(time.perf_counter() - started)
             metrics.informer_objects_by(self.resource.name).set(len(self.indexer))
+            if self._slice.over():  # a burst of watch events: their handlers' cost is not bounded
+                await self._slice.pause()
 
     async def _apply_logged(self, delta: Delta) -> None:
         """`_apply_yielding`, its failure logged; a list that cannot be applied is why this informer
@@ -196,7 +201,7 @@ class SharedInformer:
     async def _apply_yielding(self, delta: Delta) -> None:
         """`_apply`, handing the loop back between chunks of a relist."""
         for _ in self._steps(delta):
-            await asyncio.sleep(0)
+            await self._slice.pause()
 
     def _apply(self, delta: Delta) -> None:
         for _ in self._steps(delta):
@@ -236,7 +241,7 @@ class SharedInformer:
         staged = self.indexer.empty_copy()
         for i, obj in enumerate(items, 1):
             staged.upsert(obj)
-            if i % CHUNK == 0:
+            if i % CHUNK == 0 or self._slice.over():
                 yield
         old = self.indexer.swap(staged)
         del staged  # now the old cache, held only until the handlers have heard about it
@@ -246,7 +251,7 @@ class SharedInformer:
             if key not in self.indexer:
                 self._dispatch_delete(DeletedFinalStateUnknown(key, last))
                 step += 1
-                if step % CHUNK == 0:
+                if step % CHUNK == 0 or self._slice.over():
                     yield
         for i, obj in enumerate(items, 1):
             previous = old.get(object_key(obj))
@@ -257,7 +262,7 @@ class SharedInformer:
                 self._dispatch_add(obj)
             else:
                 self._dispatch_update(previous, obj)
-            if i % CHUNK == 0:
+            if i % CHUNK == 0 or self._slice.over():
                 yield
         if old:
             del old  # a relist's old cache: the handlers have heard of it, its memory can go back
@@ -304,8 +309,8 @@ class SharedInformer:
                     reg.next_resync = now + reg.resync
                     for i, obj in enumerate(self.indexer.list(), 1):
                         _call(reg.on_update, obj, obj)
-                        if i % CHUNK == 0:
-                            await asyncio.sleep(0)
+                        if i % CHUNK == 0 or self._slice.over():
+                            await self._slice.pause()
 
 
 def _call(func: Callable[..., Any] | None, *args: Any) -> None:
