@@ -7,6 +7,8 @@ profiling), or logging and metrics plumbing: pykcm accepts those, says once whic
 and starts. One would make it serve other TLS than asked if ignored (curves): it is refused.
 Controllers that KCM has and pykcm does not (`--controllers=*,bootstrapsigner,tokencleaner`)
 are left to KCM, said once likewise. Flags of KCM v1.36.3's `--help`; pykcm's own are not here.
+The KCM numbers, durations and booleans pykcm acts on are read here as pflag reads them, so that
+they mean what they mean to KCM and a bad one is refused in KCM's words, whatever typer's version.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from pykcm.app.featuregates import go_bool, go_quote
-from pykcm.app.options import FLOAT32_LIMIT, OptionsError, parse_bool
+from pykcm.app.options import FLOAT32_LIMIT
 from pykcm.util.durations import DurationError, parse_duration
 
 
@@ -79,6 +82,22 @@ IGNORED_BOOL_FLAGS = _words("""
 """)
 
 REFUSED_FLAGS = frozenset({"--tls-curve-preferences"})
+
+# KCM's numbers and durations that pykcm acts on (Go types: KCM's and controller-manager's options,
+# apiserver's serving, component-base's leader election and logging). Read here as pflag reads them,
+# so a bad value gets KCM's message and typer gets the number KCM reads, in plain decimal (`0x20`,
+# `010` are 32 and 8 to pflag); the ranges pykcm adds are typer's and Options.validate's.
+ACCEPTED_INT32_FLAGS = _words("--concurrent-namespace-syncs --concurrent-replicaset-syncs --kube-api-burst")
+ACCEPTED_INT_FLAGS = _words("--secure-port")  # Go's int: 64 bits
+ACCEPTED_FLOAT32_FLAGS = _words("--kube-api-qps")
+ACCEPTED_DURATION_FLAGS = _words("""
+--controller-shutdown-timeout --leader-elect-lease-duration --leader-elect-renew-deadline
+--leader-elect-retry-period --min-resync-period --namespace-sync-period
+""")
+VERBOSITY_FLAGS = _words("-v --v")  # component-base's: strconv.ParseUint(s, 10, 31)
+ACCEPTED_VALUE_FLAGS = (ACCEPTED_INT32_FLAGS | ACCEPTED_INT_FLAGS | ACCEPTED_FLOAT32_FLAGS | ACCEPTED_DURATION_FLAGS
+                        | VERBOSITY_FLAGS)
+LOG_FORMAT_FLAG, LOG_FORMATS = "--logging-format", ("text", "json")  # KCM v1.36.3's formats, pykcm's too
 
 # KCM v1.36.3's controllers: every alias and the name it stands for (its controller descriptors),
 # and the names that have no alias.
@@ -153,30 +172,56 @@ def pflag_words(argv: list[str], takes_value: Callable[[str], bool] = lambda _: 
 
 
 def split_kcm_flags(argv: list[str]) -> tuple[list[str], KcmFlags]:
-    """`argv` without the KCM flags pykcm ignores or refuses (with their values), and which; FlagError
-    where pflag would refuse one of them."""
+    """`argv` without the KCM flags pykcm ignores or refuses (with their values), and which, its numbers
+    in plain decimal; FlagError where pflag (or KCM's check of --logging-format) would refuse one."""
 
     def takes_value(flag: str) -> bool:
-        return flag in IGNORED_VALUE_FLAGS or flag in REFUSED_FLAGS
+        return flag in IGNORED_VALUE_FLAGS or flag in REFUSED_FLAGS or flag in ACCEPTED_VALUE_FLAGS or (
+            flag == LOG_FORMAT_FLAG)
 
     kept: list[str] = []
     found = KcmFlags()
-    for word in pflag_words(argv, takes_value):
+    log_format = None
+    for word in map(_short_verbosity, pflag_words(argv, takes_value)):
         _check_syntax(word, takes_value(word.flag))
-        if takes_value(word.flag) or word.flag in IGNORED_BOOL_FLAGS:
+        if word.flag in ACCEPTED_VALUE_FLAGS and word.value is not None:
+            kept += _plain_number(word.flag, word.value)
+        elif word.flag == LOG_FORMAT_FLAG:
+            log_format = word.value
+            kept += word.words
+        elif takes_value(word.flag) or word.flag in IGNORED_BOOL_FLAGS:
             bucket = found.refused if word.flag in REFUSED_FLAGS else found.ignored
             if word.flag not in bucket:
                 bucket.append(word.flag)
         else:
             kept += word.words
+    if log_format is not None and log_format not in LOG_FORMATS:  # KCM checks it once the flags parse
+        raise FlagError(f"format: Invalid value: {go_quote(log_format)}: Unsupported log format")
     return kept, found
 
 
+def _short_verbosity(word: Word) -> Word:
+    """pflag's `-v4` and `-v=4` are -v with "4"; `-v=` is -v with "="."""
+    raw = word.words[0]
+    if word.flag != "--" and raw[:2] == "-v" and len(raw) > 2:
+        return Word("-v", raw[3:] if raw[2] == "=" and len(raw) > 3 else raw[2:], [raw])
+    return word
+
+
+def _plain_number(flag: str, given: str) -> list[str]:
+    """A checked number flag as typer reads the number pflag read: in decimal (a duration as it is)."""
+    value: object = given
+    if parser := _number_parser(flag):
+        value = parser[0](given, parser[1])
+    text = repr(value) if isinstance(value, float) else str(value)
+    return [flag, text] if flag == "-v" else [f"{flag}={text}"]
+
+
 def _check_syntax(word: Word, takes_value: bool) -> None:
-    """What pflag refuses of an ignored flag, in its words: a value flag ending the command line, a
-    boolean that is no strconv.ParseBool value, a number or duration that does not parse."""
+    """What pflag refuses of a KCM flag, in its words: a value flag ending the command line, a boolean
+    that is no strconv.ParseBool value, a number or duration that does not parse."""
     if takes_value and word.value is None:
-        raise FlagError(f"flag needs an argument: {word.flag}")
+        raise FlagError(f"flag needs an argument: {_SHORT_MISSING.get(word.flag, word.flag)}")
     if word.value is None:
         return
     value = go_quote(word.value)
@@ -185,12 +230,16 @@ def _check_syntax(word: Word, takes_value: bool) -> None:
     else:
         reason = _value_error(word.flag, word.value)
     if reason:
-        raise FlagError(f'invalid argument {value} for "{word.flag}" flag: {reason}')
+        name = "-v, --v" if word.flag in VERBOSITY_FLAGS else word.flag  # pflag names a shorthand too
+        raise FlagError(f'invalid argument {value} for "{name}" flag: {reason}')
+
+
+_SHORT_MISSING = {"-v": "'v' in -v"}  # pflag's words for a shorthand without its value
 
 
 def _value_error(flag: str, text: str) -> str | None:
-    """Why pflag would not parse `text` for an ignored typed flag (Go's error), or None."""
-    if flag in IGNORED_DURATION_FLAGS:
+    """Why pflag would not parse `text` for a typed KCM flag (Go's error), or None."""
+    if flag in IGNORED_DURATION_FLAGS or flag in ACCEPTED_DURATION_FLAGS:
         try:
             parse_duration(text)
         except DurationError as err:  # Go's three messages
@@ -199,7 +248,7 @@ def _value_error(flag: str, text: str) -> str | None:
             what = f"unknown unit {go_quote(err.unit)}" if err.unit else "missing unit"
             return f"time: {what} in duration {go_quote(text)}"
         return None
-    parser = next(((parse, bits) for flags, parse, bits in _NUMBER_FLAGS if flag in flags), None)
+    parser = _number_parser(flag)
     if parser is None:
         return None  # not a typed flag: its value is not read
     parse, bits = parser
@@ -210,33 +259,103 @@ def _value_error(flag: str, text: str) -> str | None:
     return None
 
 
-_GO_OCTAL = re.compile(r"[+-]?0[0-7]+")  # Go's base 0 reads a leading 0 as octal; Python refuses it
-
-
 def go_int(text: str, bits: int) -> int:
     """Go's strconv.ParseInt(text, 0, bits), as pflag parses an int flag; ValueError in Go's words."""
-    try:
-        if text != text.strip():
-            raise ValueError
-        value = int(text, 8) if _GO_OCTAL.fullmatch(text) else int(text, 0)
-    except ValueError:
-        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: invalid syntax") from None
-    if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+    negative = text[:1] == "-"
+    magnitude, out_of_range = _parse_uint(text[1:] if text[:1] in ("+", "-") else text, 0, bits, text, "ParseInt")
+    if out_of_range or magnitude > 2 ** (bits - 1) - (0 if negative else 1):
         raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: value out of range")
+    return -magnitude if negative else magnitude
+
+
+def go_uint(text: str, bits: int) -> int:
+    """Go's strconv.ParseUint(text, 10, bits), as component-base's -v reads it; ValueError in Go's words."""
+    value, out_of_range = _parse_uint(text, 10, bits, text, "ParseUint")
+    if out_of_range:
+        raise ValueError(f"strconv.ParseUint: parsing {go_quote(text)}: value out of range")
     return value
+
+
+def _parse_uint(digits: str, base: int, bits: int, text: str, func: str) -> tuple[int, bool]:
+    """Go's ParseUint loop: the value, and whether it overflowed `bits` before any bad character (Go
+    says "out of range" then, whatever follows); `text` and `func` name the syntax error."""
+    syntax = ValueError(f"strconv.{func}: parsing {go_quote(text)}: invalid syntax")
+    base0, rest = base == 0, digits
+    if base0:
+        base = 10
+        if digits[:1] == "0":
+            prefix = {"b": 2, "o": 8, "x": 16}.get(digits[1:2].lower()) if len(digits) >= 3 else None
+            base, rest = (prefix, digits[2:]) if prefix else (8, digits[1:])
+    if not digits:
+        raise syntax
+    value, underscores = 0, False
+    for char in rest:
+        if char == "_" and base0:
+            underscores = True
+            continue
+        digit = int(char, 36) if char.isascii() and char.isalnum() else 99
+        if digit >= base:
+            raise syntax
+        value = value * base + digit
+        if value >= 2**bits:
+            return 2**bits - 1, True
+    if underscores and not _underscore_ok(digits):
+        raise syntax
+    return value, False
+
+
+def _underscore_ok(text: str) -> bool:
+    """Go's strconv.underscoreOK: each `_` between digits (a base prefix counts as one)."""
+    number = text[1:] if text[:1] in ("+", "-") else text
+    saw, start, hex_digits = "^", 0, False
+    if len(number) >= 2 and number[0] == "0" and number[1].lower() in ("b", "o", "x"):
+        saw, start, hex_digits = "0", 2, number[1].lower() == "x"
+    for char in number[start:]:
+        if "0" <= char <= "9" or (hex_digits and "a" <= char.lower() <= "f"):
+            saw = "0"
+        elif char == "_":
+            if saw != "0":
+                return False
+            saw = "_"
+        elif saw == "_":
+            return False
+        else:
+            saw = "!"
+    return saw != "_"
 
 
 def go_float(text: str, bits: int) -> float:
-    """Go's strconv.ParseFloat(text, bits); ValueError in Go's words (hex floats are not read)."""
+    """Go's strconv.ParseFloat(text, bits), hexadecimal floats too; ValueError in Go's words."""
+    quoted = go_quote(text)
+    if special := _GO_FLOAT_SPECIAL.fullmatch(text):
+        return float(special[0])
+    number = _GO_FLOAT.fullmatch(text)
+    if number is None or ("_" in text and not _underscore_ok(text)):
+        raise ValueError(f"strconv.ParseFloat: parsing {quoted}: invalid syntax")
+    plain = text.replace("_", "")
     try:
-        if text != text.strip():
-            raise ValueError
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"strconv.ParseFloat: parsing {go_quote(text)}: invalid syntax") from None
-    if (math.isinf(value) and "inf" not in text.lower()) or (bits == 32 and FLOAT32_LIMIT <= abs(value) < math.inf):
-        raise ValueError(f"strconv.ParseFloat: parsing {go_quote(text)}: value out of range")
+        value = float.fromhex(plain) if number["hex"] else float(plain)
+    except OverflowError:
+        value = math.inf
+    out_of_range = ValueError(f"strconv.ParseFloat: parsing {quoted}: value out of range")
+    if math.isinf(value):
+        raise out_of_range
+    if bits == 32 and abs(value) >= FLOAT32_LIMIT:
+        # From the midpoint of the largest float32 and 2**128 on, the exact value rounds (half to even)
+        # to infinity; a text just below it may read as the midpoint in float64.
+        if number["hex"] or Decimal(plain).copy_abs() >= Decimal(FLOAT32_LIMIT):
+            raise out_of_range
+        return math.copysign(_FLOAT32_MAX, value)  # Go's value
     return value
+
+
+# Go's float syntax (strconv.readFloat): a decimal or hexadecimal mantissa with at least one digit, a
+# `p` exponent for a hexadecimal one; signed Inf or Infinity, unsigned NaN, in any case.
+_GO_FLOAT = re.compile(r"[+-]?(?:(?=[0-9_]*\.?[0-9_]*[0-9])[0-9_]*\.?[0-9_]*(?:[eE][+-]?[0-9][0-9_]*)?"
+                       r"|(?P<hex>0[xX](?=[0-9a-fA-F_]*\.?[0-9a-fA-F_]*[0-9a-fA-F])[0-9a-fA-F_]*\.?[0-9a-fA-F_]*"
+                       r"[pP][+-]?[0-9][0-9_]*))")
+_FLOAT32_MAX = 3.4028234663852886e38
+_GO_FLOAT_SPECIAL = re.compile(r"[+-]?inf(?:inity)?|nan", re.IGNORECASE)
 
 
 def left_to_kcm(spec: list[str], pykcm_names: set[str]) -> tuple[list[str], list[str]]:
@@ -255,14 +374,21 @@ def left_to_kcm(spec: list[str], pykcm_names: set[str]) -> tuple[list[str], list
 
 
 _NUMBER_FLAGS: tuple[tuple[frozenset[str], Callable[[str, int], object], int], ...] = (
-    (IGNORED_INT32_FLAGS, go_int, 32), (IGNORED_INT64_FLAGS, go_int, 64),
-    (IGNORED_FLOAT32_FLAGS, go_float, 32), (IGNORED_FLOAT64_FLAGS, go_float, 64),
+    (IGNORED_INT32_FLAGS | ACCEPTED_INT32_FLAGS, go_int, 32), (IGNORED_INT64_FLAGS | ACCEPTED_INT_FLAGS, go_int, 64),
+    (IGNORED_FLOAT32_FLAGS | ACCEPTED_FLOAT32_FLAGS, go_float, 32), (IGNORED_FLOAT64_FLAGS, go_float, 64),
+    (VERBOSITY_FLAGS, go_uint, 31),
 )
+
+
+def _number_parser(flag: str) -> tuple[Callable[[str, int], object], int] | None:
+    """How pflag reads a number flag: the strconv function and its bit size."""
+    return next(((parse, bits) for flags, parse, bits in _NUMBER_FLAGS if flag in flags), None)
+
 
 # KCM's boolean flags (pflag) take `--flag`, `--flag=true` and `--flag=false`; typer's flag pairs
 # take `--flag` and `--no-flag`. Translating the `=value` form keeps KCM command lines working,
-# as does splitting pflag's `-v=4`, which click would read as the value "=4", and joining the
-# repeats of a list flag, which pflag appends where click keeps the last (--feature-gates' too).
+# as does joining the repeats of a list flag, which pflag appends where click keeps the last
+# (--feature-gates' too). pflag's -v forms are split_kcm_flags' (`run` has -v).
 GO_BOOL_FLAGS = ("--leader-elect", "--use-service-account-credentials", "--profiling", "--authentication-skip-lookup",
                  "--authentication-tolerate-lookup-failure")
 GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths", "--tls-cipher-suites", "--feature-gates")
@@ -271,7 +397,7 @@ VERSION_RAW = "--version-raw"  # what `--version=raw` (component-base's verflag)
 
 def translate_pflag_forms(argv: list[str]) -> list[str]:
     """`argv` with pflag's forms in the spelling the typer command line reads; FlagError for a bad boolean."""
-    return _join_list_flags(_translate_bool_and_v(argv))
+    return _join_list_flags(_translate_bool_forms(argv))
 
 
 def _join_list_flags(argv: list[str]) -> list[str]:
@@ -291,22 +417,21 @@ def _join_list_flags(argv: list[str]) -> list[str]:
     return out
 
 
-def _translate_bool_and_v(argv: list[str]) -> list[str]:
+def _translate_bool_forms(argv: list[str]) -> list[str]:
     out: list[str] = []
     for word in pflag_words(argv):
         if word.flag == "--version" and word.value == "raw":
             out.append(VERSION_RAW)
         elif word.value is not None and (word.flag in GO_BOOL_FLAGS or word.flag == "--version"):
-            try:
-                enabled = parse_bool(word.value)
-            except OptionsError as err:
-                raise FlagError(f"invalid argument {word.value!r} for {word.flag}: {err}") from None
+            enabled = go_bool(word.value)
+            if enabled is None:  # pflag's words, as for the ignored booleans
+                value = go_quote(word.value)
+                raise FlagError(f'invalid argument {value} for "{word.flag}" flag: strconv.ParseBool: parsing {value}: '
+                                "invalid syntax")
             if word.flag == "--version":
                 out += [word.flag] if enabled else []  # `--version=false` runs, as KCM's
             else:
                 out.append(word.flag if enabled else f"--no-{word.flag.removeprefix('--')}")
-        elif word.value is not None and word.flag == "-v":
-            out += [word.flag, word.value]
         else:
             out += word.words
     return out

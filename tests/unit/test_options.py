@@ -130,21 +130,25 @@ def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[s
     ("argv", "message"),
     [
         (["run", "--leader-elect=maybe"], "--leader-elect"),
-        (["run", "--leader-elect-lease-duration=15"], "invalid duration"),
+        (["run", "--leader-elect-lease-duration=15"],  # KCM v1.36.3's words, as for every KCM flag's syntax
+         'invalid argument "15" for "--leader-elect-lease-duration" flag: time: missing unit in duration "15"'),
         (["run", "--leader-elect-renew-deadline=20s"], "must be greater than --leader-elect-renew-deadline"),
         (["run", "--leader-elect-resource-lock=endpoints"], '"leases"'),
         (["run", "--secure-port=99999"], "--secure-port"),
         (["run", "--controllers=nope"], "not in the list of known controllers"),
         (["run", "--kube-api-content-type=protobuf"], "--kube-api-content-type must be"),
         (["run", "--local-nodes=2"], "--local-nodes applies only with --local"),
-        (["run", "--v=-1"], "'-v' / '--v'"),  # klog's level is not negative
+        (["run", "--v=-1"],  # component-base's level is not negative
+         'invalid argument "-1" for "-v, --v" flag: strconv.ParseUint: parsing "-1": invalid syntax'),
         (["run", "--controller-shutdown-timeout=-1s"], "--controller-shutdown-timeout must not be negative"),
         (["run", "--kube-api-burst=-1", "--kube-api-qps=0"], "--kube-api-burst must not be negative"),  # fails all
         (["run", "--kube-api-burst=0"],  # client-go's NewForConfig, as KCM says it
          "burst is required to be greater than 0 when RateLimiter is not set and QPS is set to greater than 0"),
-        (["run", "--leader-elect-lease-duration=99999999999h"],
-         "Invalid value for --leader-elect-lease-duration: invalid duration '99999999999h': more than Go's maximum"),
-        (["run", "--min-resync-period= 1h"], "Invalid value for --min-resync-period: invalid duration ' 1h'"),
+        (["run", "--leader-elect-lease-duration=99999999999h"],  # more than Go's maximum
+         'invalid argument "99999999999h" for "--leader-elect-lease-duration" flag: time: invalid duration '
+         '"99999999999h"'),
+        (["run", "--min-resync-period= 1h"],
+         'invalid argument " 1h" for "--min-resync-period" flag: time: invalid duration " 1h"'),
         (["run", "--leader-elect-lease-duration=3000000000s"],
          "--leader-elect-lease-duration (833333h20m0s) is more than a Lease holds: its leaseDurationSeconds is an "
          "int32, at most 2147483647s"),
@@ -183,7 +187,9 @@ def test_repeated_list_flags_are_joined_as_pflag_appends_them(argv: list[str], t
 
 
 def test_pflag_short_verbosity_with_equals_is_read_as_kcm_reads_it() -> None:
-    assert kcmflags.translate_pflag_forms(["run", "-v=4", "--v=2"]) == ["run", "-v", "4", "--v=2"]
+    # click would read `-v=4` as the value "=4", and `-v4` is pflag's too.
+    argv = kcmflags.translate_pflag_forms(["run", "-v=4", "--v=2", "-v3"])
+    assert kcmflags.split_kcm_flags(argv) == (["run", "-v", "4", "--v=2", "-v", "3"], kcmflags.KcmFlags())
 
 
 def test_dash_h_and_version_work_as_kcms(capsys: pytest.CaptureFixture[str]) -> None:
@@ -397,10 +403,12 @@ def test_version_false_runs_and_a_zero_namespace_sync_period_is_no_resync(monkey
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--kube-api-qps=nan"], "--kube-api-qps: nan is out of range"),
-    (["--kube-api-qps=1e39"], "--kube-api-qps: 1e+39 is out of range"),  # KCM's flag is a float32
+    (["--kube-api-qps=1e39"],  # KCM's flag is a float32
+     'invalid argument "1e39" for "--kube-api-qps" flag: strconv.ParseFloat: parsing "1e39": value out of range'),
     (["--kube-api-qps=inf"], "--kube-api-qps: inf is out of range"),
     (["--kube-api-qps=-inf"], "--kube-api-qps: -inf is out of range"),
-    (["-v=4294967296"], "2147483647"),  # KCM: value out of range (an int32); the words are click's
+    (["-v=2147483648"],  # component-base's level: 31 bits, klog's int32 without the negatives
+     'invalid argument "2147483648" for "-v, --v" flag: strconv.ParseUint: parsing "2147483648": value out of range'),
 ])
 def test_numbers_kcm_cannot_hold_are_refused(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", *argv]) == 2
