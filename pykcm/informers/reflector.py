@@ -199,7 +199,11 @@ class Reflector:
                 # The continue token expired between pages: fall back to one full list.
                 log.info("Continue token expired, listing in full", resource=self.label)
                 full = await self.client.request("GET", path, params=self.params)
-                return self._transformed(full, []), full["metadata"].get("resourceVersion", "")
+                objects, items = full.pop("items", None) or [], []
+                for start in range(0, len(objects), PAGE_SIZE):  # seconds at 150,000 pods: not in one step
+                    self._transformed({"kind": full.get("kind", ""), "items": objects[start:start + PAGE_SIZE]}, items)
+                    await asyncio.sleep(0)
+                return items, full["metadata"].get("resourceVersion", "")
             self._transformed(page, items)
             del page["items"]
             token = page["metadata"].get("continue")

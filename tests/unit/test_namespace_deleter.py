@@ -229,7 +229,7 @@ async def test_terminal_pods_do_not_count_for_the_estimate() -> None:
 
 async def test_the_estimate_is_the_longest_grace_period_over_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
     # KCM lists the pods in one piece; pykcm pages, and a later page's shorter grace must not win.
-    monkeypatch.setattr(sys.modules[NamespacedResourcesDeleter.__module__], "POD_PAGE_SIZE", 1)
+    monkeypatch.setattr(sys.modules[NamespacedResourcesDeleter.__module__], "PAGE_SIZE", 1)
     api = FakeApi()
     api.add_namespace(deleted_ago=10)
     for name, grace in (("slow", 300), ("quick", 5), ("none", None)):
@@ -272,6 +272,27 @@ async def test_objects_with_finalizers_keep_the_namespace_and_are_reported() -> 
         "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances"
     )
     assert api.namespaces[NS]["spec"]["finalizers"] == ["kubernetes"]
+
+
+async def test_what_remains_is_counted_over_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    # KCM lists what remains in one piece; pykcm pages (a large namespace's list is one step of the
+    # loop to decode), and every page counts.
+    monkeypatch.setattr(sys.modules[NamespacedResourcesDeleter.__module__], "PAGE_SIZE", 1)
+    api = FakeApi()
+    api.add_namespace()
+    for name in ("a", "b", "c"):
+        api.add("widgets.example.com", name, metadata={"finalizers": ["example.com/hold"]})
+    deleter = make_deleter(api)
+    with pytest.raises(ResourcesRemaining):
+        await deleter.delete(NS)
+    current = conditions(api)
+    assert current[CONTENT_REMAINING]["message"] == (
+        "Some resources are remaining: widgets.example.com has 3 resource instances"
+    )
+    assert current[FINALIZERS_REMAINING]["message"] == (
+        "Some content in the namespace has finalizers remaining: example.com/hold in 3 resource instances"
+    )
+    assert api.verbs("widgets.example.com").count("list") >= 3
 
 
 async def test_type_without_deletecollection_in_discovery_is_deleted_item_by_item() -> None:

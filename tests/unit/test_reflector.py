@@ -98,6 +98,36 @@ async def test_expired_continue_token_falls_back_to_one_full_list():
     assert reflector.last_resource_version == "12"
 
 
+async def test_the_full_list_after_an_expired_token_is_transformed_a_page_at_a_time(monkeypatch):
+    # One step of the loop for 150,000 pods was seconds, past the point where the Lease stops renewing.
+    import pykcm.informers.reflector as reflector_module
+
+    monkeypatch.setattr(reflector_module, "PAGE_SIZE", 1)
+    client = ScriptedClient([
+        page([cm("a", "1")], "10", cont="tok"),
+        Gone(410, "Expired", "continue token expired"),
+        page([cm("a", "1"), cm("b", "2"), cm("c", "3")], "12"),
+    ])
+    queue = DeltaQueue()
+    reflector = Reflector(client, CONFIGMAPS, queue, watch_list=False)
+    transformed: list[str] = []
+    reflector.transform = lambda obj: (transformed.append(obj["metadata"]["name"]), obj)[1]
+    turns = 0
+
+    async def ticker() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticking = asyncio.create_task(ticker())
+    [replaced] = await run_until(reflector, queue, 1)
+    ticking.cancel()
+    assert [o["metadata"]["name"] for o in replaced.payload] == ["a", "b", "c"]
+    assert all(o["kind"] == "ConfigMap" for o in replaced.payload)
+    assert transformed == ["a", "a", "b", "c"] and turns >= 4
+
+
 async def test_watch_resumes_from_list_rv_with_bookmarks_and_strips_managed_fields():
     client = ScriptedClient(
         [page([cm("a", "1", managedFields=[{"manager": "x"}])], "10")],
