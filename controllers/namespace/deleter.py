@@ -17,7 +17,7 @@ from pykcm.client.discovery import (
     filtered_by,
     group_version_resources,
 )
-from pykcm.client.errors import ApiError, Conflict, MethodNotSupported, NotFound, TransportError
+from pykcm.client.errors import ApiError, Conflict, Gone, MethodNotSupported, NotFound, TransportError
 from pykcm.client.resources import NAMESPACES, PODS, Resource
 from pykcm.client.rest import PARTIAL_METADATA, PARTIAL_METADATA_LIST, RestClient
 from pykcm.controllers.namespace.conditions import ConditionUpdater, ContentTotals, GVRDeletion
@@ -59,6 +59,7 @@ LIST, DELETE_COLLECTION = "list", "deletecollection"
 # Lists page by page where KCM lists in one piece: a terminating namespace of 10,000 pods is a 16 MB
 # answer, decoded in one step of the event loop (0.1-0.5 s) at every check while the pods go.
 PAGE_SIZE = 500
+RESTARTED: list[Obj] = []  # _pages' word for "forget the pages so far" (compared by identity)
 
 
 class OperationNotSupportedCache:
@@ -319,18 +320,29 @@ class NamespacedResourcesDeleter:
         items: list[Obj] = []
         try:
             async for page in self._pages(gvr.as_resource(), namespace, accept=PARTIAL_METADATA_LIST):
-                items += page
+                if page is RESTARTED:
+                    items = []
+                else:
+                    items += page
         except (MethodNotSupported, NotFound):
             self._trace("Namespace controller - listCollection not supported", namespace, gvr)
             return [], False
         return items, True
 
     async def _pages(self, resource: Resource, namespace: str, **params: Any) -> AsyncIterator[list[Obj]]:
-        """The items of a list, PAGE_SIZE at a time."""
+        """The items of a list, PAGE_SIZE at a time; where the continue token expired between pages (a
+        list slower than etcd's compaction), RESTARTED and then the whole list in one piece, as KCM's."""
         token = ""
         while True:
-            page = await self.client.list(resource, namespace=namespace, limit=PAGE_SIZE,
-                                          **({"continue": token} if token else {}), **params)
+            try:
+                page = await self.client.list(resource, namespace=namespace, limit=PAGE_SIZE,
+                                              **({"continue": token} if token else {}), **params)
+            except Gone:
+                if not token:
+                    raise
+                yield RESTARTED
+                page = await self.client.list(resource, namespace=namespace, **params)
+                token = ""
             if not isinstance(page, dict):
                 return
             yield page.get("items") or []

@@ -373,6 +373,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def _value_options(command: str) -> frozenset[str]:
+    """The options of `command` that take a value: their value is the next word, whatever it looks
+    like (`--kubeconfig -v4` names a file, for pflag as for click)."""
+    params = typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+    return frozenset(name for param in params if not getattr(param, "is_flag", True) for name in param.opts)
+
+
 def main(argv: list[str] | None = None) -> int:
     obj: dict = {}  # what the command tells main: the ignored KCM flags, and how logs are written
     try:
@@ -380,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             args = kcmflags.translate_pflag_forms(sys.argv[1:] if argv is None else list(argv))
             if args[:1] == ["run"]:
-                args, kcm = kcmflags.split_kcm_flags(args)
+                args, kcm = kcmflags.split_kcm_flags(args, _value_options("run"))
         except kcmflags.FlagError as err:
             raise UsageError(str(err)) from None
         if kcm.refused:

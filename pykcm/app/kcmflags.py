@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -171,7 +172,7 @@ def pflag_words(argv: list[str], takes_value: Callable[[str], bool] = lambda _: 
         i += 1
 
 
-def split_kcm_flags(argv: list[str]) -> tuple[list[str], KcmFlags]:
+def split_kcm_flags(argv: list[str], value_options: frozenset[str] = frozenset()) -> tuple[list[str], KcmFlags]:
     """`argv` without the KCM flags pykcm ignores or refuses (with their values), and which, its numbers
     in plain decimal; FlagError where pflag (or KCM's check of --logging-format) would refuse one."""
 
@@ -179,10 +180,13 @@ def split_kcm_flags(argv: list[str]) -> tuple[list[str], KcmFlags]:
         return flag in IGNORED_VALUE_FLAGS or flag in REFUSED_FLAGS or flag in ACCEPTED_VALUE_FLAGS or (
             flag == LOG_FORMAT_FLAG)
 
+    def word_after_is_value(flag: str) -> bool:  # `value_options`: the command's own (`--kubeconfig`)
+        return takes_value(flag) or flag in value_options
+
     kept: list[str] = []
     found = KcmFlags()
     log_format = None
-    for word in map(_short_verbosity, pflag_words(argv, takes_value)):
+    for word in map(_short_verbosity, pflag_words(argv, word_after_is_value)):
         _check_syntax(word, takes_value(word.flag))
         if word.flag in ACCEPTED_VALUE_FLAGS and word.value is not None:
             kept += _plain_number(word.flag, word.value)
@@ -346,6 +350,8 @@ def go_float(text: str, bits: int) -> float:
         if number["hex"] or Decimal(plain).copy_abs() >= Decimal(FLOAT32_LIMIT):
             raise out_of_range
         return math.copysign(_FLOAT32_MAX, value)  # Go's value
+    if bits == 32 and value and not struct.unpack("f", struct.pack("f", value))[0]:
+        return math.copysign(0.0, value)  # below float32's least: Go's 0, and a client's QPS 0 is the default
     return value
 
 

@@ -170,13 +170,14 @@ class ThreadedElector:
             return False
         finally:
             fenced.cancel()
-            if not renewing.done():  # we are cancelled: so is the renewal on the thread
+            cancelled = not renewing.done()  # we are cancelled: so is the renewal on the thread
+            if cancelled:
                 renewing.cancel()
             if not renewed:
                 # Any other end (lost, a refused write, a crash of the renewal, cancelled) leaves this
                 # process not leading: no write of it may pass, and the metric says so.
                 if not self._fenced.is_set():  # else the refused write's reason stays
-                    self._fence.shut(self.elector.lost_reason or _stop_reason(renewing))
+                    self._fence.shut(self.elector.lost_reason or _stop_reason(renewing, cancelled))
                 metrics.leader_election_master_status.labels(self.elector.name).set(0)
 
     def _on_write_refused(self, request: str, reason: str) -> None:
@@ -206,9 +207,11 @@ class ThreadedElector:
         await self.lock.client.close()
 
 
-def _stop_reason(renewing: asyncio.Future[bool]) -> str:
-    """Why the fence shuts when the elector gave no reason: its renewal crashed, or it was lost."""
-    if renewing.done() and not renewing.cancelled() and (err := renewing.exception()) is not None:
+def _stop_reason(renewing: asyncio.Future[bool], cancelled: bool) -> str:
+    """Why the fence shuts when the elector gave no reason: stopped, its renewal crashed, or lost."""
+    if cancelled or renewing.cancelled():
+        return "leader election stopped"  # this process is stopping: not a lost lease
+    if renewing.done() and (err := renewing.exception()) is not None:
         return f"lease renewal crashed: {described_with_type(err)}"
     return "leader election lost"
 

@@ -176,7 +176,10 @@ class SharedInformer:
 
     async def _process(self) -> None:
         while True:
+            idle = not self._deltas
             delta = await self._deltas.pop()  # does not suspend while deltas are queued
+            if idle:  # a burst after a wait starts a slice of its own: applied in one turn where it fits
+                self._slice.restart()
             started = time.perf_counter()
             await self._apply_logged(delta)
             self._processing_latency.observe(time.perf_counter() - started)

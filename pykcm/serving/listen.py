@@ -77,8 +77,8 @@ async def create_server(
         try:
             server = await loop.create_server(factory, host or "0.0.0.0", port, reuse_address=True)
         except OSError as err:
-            if err.errno is None:  # Python 3.13's "could not bind on any address": no socket of the family
-                raise _no_family() from None
+            if err.errno is None:  # Python 3.13's "could not bind on any address": it does not say why
+                raise _why_nothing_bound(host or "0.0.0.0", port) from None
             raise
         if not server.sockets:  # asyncio (to 3.12) skips a family it cannot make a socket of: "::" without IPv6
             server.close()
@@ -93,6 +93,21 @@ async def create_server(
 
 def _no_family() -> OSError:
     return OSError(errno.EAFNOSUPPORT, os.strerror(errno.EAFNOSUPPORT))
+
+
+def _why_nothing_bound(host: str, port: int) -> OSError:
+    """Python 3.13's create_server skips a socket whose family is missing or whose address is not on
+    this host (EADDRNOTAVAIL), then says neither: the first address, tried again, gives its own
+    error, as Go's ("cannot assign requested address" for an address that is not here)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)
+    except OSError as err:
+        if err.errno is not None:
+            return OSError(err.errno, os.strerror(err.errno))
+    return _no_family()
 
 
 def listen_failure(host: str, port: int, err: OSError) -> str:

@@ -190,3 +190,19 @@ async def test_a_burst_of_watch_events_hands_the_loop_back_when_its_handlers_tak
     ticking.cancel()
     await asyncio.gather(processing, ticking, return_exceptions=True)
     assert turns >= 10  # the ticker ran between the events, not once before and once after
+
+
+async def test_a_burst_after_a_wait_is_applied_in_one_turn():
+    # The stale-cache check of the ReplicaSet controller reads the informer between two loop turns: a
+    # short burst (our own status write behind another event) must not be split because the slice
+    # of the last burst, long ago, ran out meanwhile.
+    informer = informer_with(Recorder())
+    processing = asyncio.create_task(informer._process())
+    await asyncio.sleep(0.05)  # idle
+    for i in range(5):
+        informer._deltas.push(DeltaType.ADDED, cm(f"c{i}", str(i + 1)))
+    await asyncio.sleep(0)  # the informer's one turn
+    applied = len(informer.indexer)
+    processing.cancel()
+    await asyncio.gather(processing, return_exceptions=True)
+    assert applied == 5

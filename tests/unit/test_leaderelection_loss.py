@@ -263,7 +263,7 @@ async def test_a_cancelled_renewal_shuts_the_fence_and_stops_renewing(threaded: 
         renewing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await renewing
-        assert fence.reason_to_refuse() == "leader election lost" and master_status(name) == 0
+        assert fence.reason_to_refuse() == "leader election stopped" and master_status(name) == 0
         renewed = threaded.objects[lease_path(name)]["spec"]["renewTime"]
         await asyncio.sleep(0.3)  # three renew intervals: the renewal on the thread was cancelled too
         assert threaded.objects[lease_path(name)]["spec"]["renewTime"] == renewed

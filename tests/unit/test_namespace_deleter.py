@@ -26,7 +26,7 @@ from pykcm.client.discovery import (
     GroupVersion,
     StaleGroupVersion,
 )
-from pykcm.client.errors import ApiError, Conflict, MethodNotSupported, NotFound
+from pykcm.client.errors import ApiError, Conflict, Gone, MethodNotSupported, NotFound
 from pykcm.client.events import EventRecorder
 from pykcm.client.resources import Resource
 from pykcm.controller import ControllerContext, RequeueAfter
@@ -293,6 +293,34 @@ async def test_what_remains_is_counted_over_every_page(monkeypatch: pytest.Monke
         "Some content in the namespace has finalizers remaining: example.com/hold in 3 resource instances"
     )
     assert api.verbs("widgets.example.com").count("list") >= 3
+
+
+async def test_an_expired_continue_token_lists_what_remains_again_in_one_piece(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pages slower than etcd's compaction: 410 for the token; the count starts over, as KCM's one list.
+    monkeypatch.setattr(sys.modules[NamespacedResourcesDeleter.__module__], "PAGE_SIZE", 1)
+    api = FakeApi()
+    api.add_namespace()
+    for name in ("a", "b", "c"):
+        api.add("widgets.example.com", name, metadata={"finalizers": ["example.com/hold"]})
+    paged = api.list
+    expired: list[str] = []
+
+    async def list_expiring_once(res: Resource, namespace: str | None = None, accept: str = "", limit: int = 0,
+                                 **params: Any) -> dict:
+        if params.get("continue") and not expired:
+            expired.append(params["continue"])
+            raise Gone(410, "Expired", "The provided continue parameter is too old")
+        return await paged(res, namespace, accept, limit, **params)
+
+    monkeypatch.setattr(api, "list", list_expiring_once)
+    deleter = make_deleter(api)
+    with pytest.raises(ResourcesRemaining):
+        await deleter.delete(NS)
+    assert expired
+    assert conditions(api)[CONTENT_REMAINING]["message"] == (
+        "Some resources are remaining: widgets.example.com has 3 resource instances"
+    )
 
 
 async def test_type_without_deletecollection_in_discovery_is_deleted_item_by_item() -> None:

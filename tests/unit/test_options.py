@@ -401,6 +401,25 @@ def test_version_false_runs_and_a_zero_namespace_sync_period_is_no_resync(monkey
     assert runs[0].namespace_sync_period == 0
 
 
+def test_a_value_of_pykcms_own_options_is_taken_whole_even_where_it_looks_like_a_flag(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # pflag and click alike take the next word as the value: `-v4` is a file here, not -v 4.
+    runs: list[Options] = []
+    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
+    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+    assert cli.main(["run", "--kubeconfig", "-v4", "--leader-elect-resource-name", "-v=2", "-v", "3"]) == 0
+    assert (runs[0].kubeconfig, runs[0].leader_elect_resource_name) == ("-v4", "-v=2")
+
+
+def test_a_qps_below_float32s_least_is_kcms_zero_the_default_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    # KCM's flag is a float32: 1e-50 reads as 0, and client-go's QPS 0 is its default, not a stalled client.
+    runs: list[Options] = []
+    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
+    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+    assert cli.main(["run", "--kube-api-qps=1e-50"]) == 0
+    assert runs[0].kube_api_qps == 0
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--kube-api-qps=nan"], "--kube-api-qps: nan is out of range"),
     (["--kube-api-qps=1e39"],  # KCM's flag is a float32
@@ -410,7 +429,8 @@ def test_version_false_runs_and_a_zero_namespace_sync_period_is_no_resync(monkey
     (["-v=2147483648"],  # component-base's level: 31 bits, klog's int32 without the negatives
      'invalid argument "2147483648" for "-v, --v" flag: strconv.ParseUint: parsing "2147483648": value out of range'),
 ])
-def test_numbers_kcm_cannot_hold_are_refused(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_numbers_kcm_cannot_hold_or_pykcm_does_not_take_are_refused(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", *argv]) == 2
     assert message in capsys.readouterr().err
 

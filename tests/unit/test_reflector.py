@@ -110,8 +110,8 @@ async def test_the_full_list_after_an_expired_token_is_transformed_a_page_at_a_t
     ])
     queue = DeltaQueue()
     reflector = Reflector(client, CONFIGMAPS, queue, watch_list=False)
-    transformed: list[str] = []
-    reflector.transform = lambda obj: (transformed.append(obj["metadata"]["name"]), obj)[1]
+    transformed: list[tuple[str, int]] = []  # each object's name, and the loop turns seen before it
+    reflector.transform = lambda obj: (transformed.append((obj["metadata"]["name"], turns)), obj)[1]
     turns = 0
 
     async def ticker() -> None:
@@ -125,7 +125,9 @@ async def test_the_full_list_after_an_expired_token_is_transformed_a_page_at_a_t
     ticking.cancel()
     assert [o["metadata"]["name"] for o in replaced.payload] == ["a", "b", "c"]
     assert all(o["kind"] == "ConfigMap" for o in replaced.payload)
-    assert transformed == ["a", "a", "b", "c"] and turns >= 4
+    assert [name for name, _ in transformed] == ["a", "a", "b", "c"]
+    full_list = [turn for _, turn in transformed[1:]]
+    assert full_list[0] < full_list[1] < full_list[2]  # the loop turned between the full list's objects
 
 
 async def test_watch_resumes_from_list_rv_with_bookmarks_and_strips_managed_fields():

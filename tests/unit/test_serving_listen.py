@@ -130,3 +130,19 @@ async def test_python_313s_no_address_error_is_the_missing_family() -> None:
     assert err.value.errno == errno.EAFNOSUPPORT
     assert listen.listen_failure("::", 10257, err.value) == (
         "failed to listen on [::]:10257: address family not supported by protocol")
+
+
+async def test_python_313s_no_address_error_for_an_address_not_here_says_so() -> None:
+    """3.13 also skips an address that is not on this host (EADDRNOTAVAIL) with the same errno-less
+    error: that is Go's "cannot assign requested address", not a missing family."""
+    loop = asyncio.get_running_loop()
+
+    async def as_on_python_313(*_: object, **__: object) -> asyncio.AbstractServer:
+        raise OSError("could not bind on any address out of [('192.0.2.1', 0)]")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop, "create_server", as_on_python_313)
+        with pytest.raises(OSError) as err:
+            await listen.create_server(loop, asyncio.Protocol, "192.0.2.1", 0)  # TEST-NET-1: bound, never reached
+    assert listen.listen_failure("192.0.2.1", 10257, err.value) == (
+        "failed to listen on 192.0.2.1:10257: cannot assign requested address")
