@@ -6,6 +6,7 @@ from pykcm.client.resources import CONFIGMAPS
 from pykcm.informers.delta_queue import Delta, DeltaType
 from pykcm.informers.informer import SharedInformer
 from pykcm.informers.store import DeletedFinalStateUnknown
+from tests.support import LoopTurns
 
 
 def cm(name: str, rv: str) -> dict:
@@ -174,22 +175,13 @@ async def test_a_burst_of_watch_events_hands_the_loop_back_when_its_handlers_tak
     informer = informer_with(Recorder())
     for i in range(10):
         informer._deltas.push(DeltaType.ADDED, cm(f"c{i}", str(i + 1)))
-    turns = 0
-
-    async def ticker() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
+    async with LoopTurns() as turns:
+        processing = asyncio.create_task(informer._process())
+        while len(informer.indexer) < 10:
             await asyncio.sleep(0)
-
-    ticking = asyncio.create_task(ticker())
-    processing = asyncio.create_task(informer._process())
-    while len(informer.indexer) < 10:
-        await asyncio.sleep(0)
-    processing.cancel()
-    ticking.cancel()
-    await asyncio.gather(processing, ticking, return_exceptions=True)
-    assert turns >= 10  # the ticker ran between the events, not once before and once after
+        processing.cancel()
+        await asyncio.gather(processing, return_exceptions=True)
+    assert turns.count >= 10  # the loop turned between the events, not once before and once after
 
 
 async def test_a_burst_after_a_wait_is_applied_in_one_turn():

@@ -111,18 +111,9 @@ async def test_the_full_list_after_an_expired_token_is_transformed_a_page_at_a_t
     queue = DeltaQueue()
     reflector = Reflector(client, CONFIGMAPS, queue, watch_list=False)
     transformed: list[tuple[str, int]] = []  # each object's name, and the loop turns seen before it
-    reflector.transform = lambda obj: (transformed.append((obj["metadata"]["name"], turns)), obj)[1]
-    turns = 0
-
-    async def ticker() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    ticking = asyncio.create_task(ticker())
-    [replaced] = await run_until(reflector, queue, 1)
-    ticking.cancel()
+    async with LoopTurns() as turns:
+        reflector.transform = lambda obj: (transformed.append((obj["metadata"]["name"], turns.count)), obj)[1]
+        [replaced] = await run_until(reflector, queue, 1)
     assert [o["metadata"]["name"] for o in replaced.payload] == ["a", "b", "c"]
     assert all(o["kind"] == "ConfigMap" for o in replaced.payload)
     assert [name for name, _ in transformed] == ["a", "a", "b", "c"]

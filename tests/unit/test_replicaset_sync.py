@@ -4,12 +4,12 @@ replicaset_harness.py), scenarios 1-13: ownership, adoption, replacement and whi
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
 
 from pykcm.util.apitime import format_time
+from tests.support import LoopTurns
 from tests.unit.replicaset_harness import NS, Harness, make_pod, make_rs, ready_status
 
 
@@ -184,18 +184,9 @@ async def test_the_namespace_scan_for_related_pods_hands_the_loop_back(h: Harnes
     h.add_rs(rs)
     for i in range(20):
         h.add_pod(make_pod(f"p{i}", owner=rs, status=ready_status()))
-    turns = 0
-
-    async def ticker() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    ticking = asyncio.create_task(ticker())
-    related = await h.ctrl.related_pods(rs)
-    ticking.cancel()
-    assert len(related) == 20 and turns >= 20
+    async with LoopTurns() as turns:
+        related = await h.ctrl.related_pods(rs)
+    assert len(related) == 20 and turns.count >= 20
 
 
 async def test_scenario_13_colocated_pod_deleted_first(h: Harness) -> None:
