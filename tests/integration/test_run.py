@@ -143,7 +143,7 @@ async def test_run_local_starts_its_own_control_plane_serves_and_stops(tmp_path)
         (["run", "--master", "https://127.0.0.1:1", "--controllers", "serviceaccount"], 1, "apiserver"),
         (["run", "--controllers", "nope"], 2, "not in the list of known controllers"),
         (["run", "--kube-api-qps", "fast"], 2, "--kube-api-qps"),
-        (["run", "--min-resync-period", "12 hours"], 2, "invalid duration"),
+        (["run", "--min-resync-period", "12 hours"], 2, "time: unknown unit \" hours\" in duration"),  # Go's words
     ],
 )
 def test_bad_input_is_one_line_and_exit_code(args, code, message, tmp_path):
