@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import platform
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -91,6 +92,17 @@ def _print_raw_version(value: bool) -> None:
                    f'Compiler:"{platform.python_implementation()} {python}", '
                    f'Platform:"{platform.system().lower()}/{platform.machine()}"}}')
         raise typer.Exit()
+
+
+# KCM has no subcommands: its `--version` works before any; `pykcm --version` does the same.
+@app.callback()
+def _top_level(
+    show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                               help="Print the version and exit (KCM's --version=raw also works).")] = False,
+    show_raw_version: Annotated[bool, typer.Option(kcmflags.VERSION_RAW, is_eager=True, hidden=True,
+                                                   callback=_print_raw_version)] = False,
+) -> None:
+    pass
 
 
 @app.command()
@@ -373,11 +385,31 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+@functools.cache
+def _command() -> Any:
+    """The click command typer builds from `app`, built once (each build walks every option: ~15 ms)."""
+    return typer.main.get_command(app)
+
+
 def _value_options(command: str) -> frozenset[str]:
     """The options of `command` that take a value: their value is the next word, whatever it looks
     like (`--kubeconfig -v4` names a file, for pflag as for click)."""
-    params = typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+    params = _command().commands[command].params
     return frozenset(name for param in params if not getattr(param, "is_flag", True) for name in param.opts)
+
+
+def _bare_group_help(args: list[str]) -> str | None:
+    """The help of a command group given without a command (`pykcm`, `pykcm testenv`): answered here,
+    as a usage error, because click before 8.2 exits 0 there and later ones 2."""
+    group = _command()
+    for word in args:
+        group = getattr(group, "commands", {}).get(word)
+        if group is None:
+            return None
+    if not hasattr(group, "commands"):
+        return None
+    with group.make_context(" ".join(["pykcm", *args]), [], resilient_parsing=True) as ctx:
+        return ctx.get_help()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,11 +426,11 @@ def main(argv: list[str] | None = None) -> int:
             refused = ", ".join(kcm.refused)
             raise UsageError(f"pykcm does not implement {refused}: refused, pykcm cannot honour it and would serve other TLS than asked")
         obj["kcm_ignored"] = kcm.ignored
-        result = app(args=args, prog_name="pykcm", standalone_mode=False, obj=obj)
-    except UsageError as err:
-        if type(err).__name__ == "NoArgsIsHelpError":
-            typer.echo(err.ctx.get_help() if err.ctx else "", err=True)
+        if (bare := _bare_group_help(args)) is not None:
+            typer.echo(bare, err=True)
             return 2
+        result = _command().main(args=args, prog_name="pykcm", standalone_mode=False, obj=obj)
+    except UsageError as err:
         hint = f" (see '{err.ctx.command_path} --help')" if err.ctx and err.ctx.command.name != "pykcm" else ""
         print(f"pykcm: error: {err.format_message()}{hint}", file=sys.stderr)
         return 2

@@ -229,7 +229,7 @@ def _check_syntax(word: Word, takes_value: bool) -> None:
     if word.value is None:
         return
     value = go_quote(word.value)
-    if word.flag in IGNORED_BOOL_FLAGS and go_bool(word.value) is None:
+    if (word.flag in IGNORED_BOOL_FLAGS or word.flag in BOOL_VALUE_FLAGS) and go_bool(word.value) is None:
         reason = f"strconv.ParseBool: parsing {value}: invalid syntax"
     else:
         reason = _value_error(word.flag, word.value)
@@ -401,8 +401,12 @@ GO_LIST_FLAGS = ("--controllers", "--authorization-always-allow-paths", "--tls-c
 VERSION_RAW = "--version-raw"  # what `--version=raw` (component-base's verflag) becomes
 
 
+BOOL_VALUE_FLAGS = (*GO_BOOL_FLAGS, "--version")  # `--flag=value` read as strconv.ParseBool reads it
+
+
 def translate_pflag_forms(argv: list[str]) -> list[str]:
-    """`argv` with pflag's forms in the spelling the typer command line reads; FlagError for a bad boolean."""
+    """`argv` with pflag's forms in the spelling the typer command line reads. A boolean whose value
+    does not parse is left as given: `split_kcm_flags` refuses it in its turn among the other flags."""
     return _join_list_flags(_translate_bool_forms(argv))
 
 
@@ -428,12 +432,7 @@ def _translate_bool_forms(argv: list[str]) -> list[str]:
     for word in pflag_words(argv):
         if word.flag == "--version" and word.value == "raw":
             out.append(VERSION_RAW)
-        elif word.value is not None and (word.flag in GO_BOOL_FLAGS or word.flag == "--version"):
-            enabled = go_bool(word.value)
-            if enabled is None:  # pflag's words, as for the ignored booleans
-                value = go_quote(word.value)
-                raise FlagError(f'invalid argument {value} for "{word.flag}" flag: strconv.ParseBool: parsing {value}: '
-                                "invalid syntax")
+        elif word.value is not None and word.flag in BOOL_VALUE_FLAGS and (enabled := go_bool(word.value)) is not None:
             if word.flag == "--version":
                 out += [word.flag] if enabled else []  # `--version=false` runs, as KCM's
             else:

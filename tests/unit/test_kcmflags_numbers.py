@@ -68,6 +68,10 @@ BAD_VALUES = [
     (["--logging-format="], 'format: Invalid value: "": Unsupported log format'),
     (["--logging-format=xml", "--secure-port=abc"],  # KCM checks the format once the flags parse
      'invalid argument "abc" for "--secure-port" flag: strconv.ParseInt: parsing "abc": invalid syntax'),
+    (["--secure-port=abc", "--leader-elect=maybe"],  # pflag stops at the first bad flag, whatever its type
+     'invalid argument "abc" for "--secure-port" flag: strconv.ParseInt: parsing "abc": invalid syntax'),
+    (["--leader-elect=maybe", "--secure-port=abc"],
+     'invalid argument "maybe" for "--leader-elect" flag: strconv.ParseBool: parsing "maybe": invalid syntax'),
 ]
 
 

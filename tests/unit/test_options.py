@@ -392,6 +392,22 @@ def test_kcms_version_values_are_taken(argv: list[str], out: str, capsys: pytest
     assert capsys.readouterr().out.startswith(out)
 
 
+@pytest.mark.parametrize(("argv", "out"), [(["--version"], "pykcm "), (["--version=raw"], 'version.Info{Major:"'),
+                                           (["--version=true", "run"], "pykcm ")])
+def test_version_works_before_any_command_as_kcms_which_has_none(argv: list[str], out: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.startswith(out)
+
+
+@pytest.mark.parametrize("argv", [[], ["testenv"]])
+def test_a_group_without_a_command_prints_its_help_as_a_usage_error(argv: list[str],
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2  # whichever click typer runs on (click before 8.2 exits 0 by itself)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(f"Usage: {' '.join(['pykcm', *argv])} [OPTIONS] COMMAND")
+
+
 def test_version_false_runs_and_a_zero_namespace_sync_period_is_no_resync(monkeypatch: pytest.MonkeyPatch) -> None:
     # KCM v1.36.3 starts with both: 0 is no periodic resync of terminating namespaces.
     runs: list[Options] = []
