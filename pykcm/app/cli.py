@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import enum
 import functools
-import platform
 import signal
 import sys
 from pathlib import Path
@@ -14,8 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pykcm import __version__
-from pykcm.app import eventloop, featuregates, flagz, kcmflags, localrun, stackdump
+from pykcm.app import eventloop, featuregates, flagz, kcmflags, localrun, stackdump, versioninfo
 from pykcm.app.configz import canonical_controllers
 from pykcm.app.options import Options, OptionsError, resolve_controllers
 from pykcm.util import log as logging_setup
@@ -77,30 +75,13 @@ def _local_nodes(ctx: typer.Context, param: typer.CallbackParam, value: int) -> 
     return value
 
 
-def _print_version(value: bool) -> None:
-    if value:
-        typer.echo(f"pykcm {__version__}")
-        raise typer.Exit()
-
-
-def _print_raw_version(value: bool) -> None:
-    """`--version=raw`: KCM prints its version.Info struct; this is pykcm's, in the same form."""
-    if value:
-        major, minor, *_ = [*__version__.split("."), "", ""]
-        python = platform.python_version()
-        typer.echo(f'version.Info{{Major:"{major}", Minor:"{minor}", GitVersion:"v{__version__}", '
-                   f'Compiler:"{platform.python_implementation()} {python}", '
-                   f'Platform:"{platform.system().lower()}/{platform.machine()}"}}')
-        raise typer.Exit()
-
-
 # KCM has no subcommands: its `--version` works before any; `pykcm --version` does the same.
 @app.callback()
 def _top_level(
-    show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+    show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=versioninfo.print_version,
                                                help="Print the version and exit (KCM's --version=raw also works).")] = False,
     show_raw_version: Annotated[bool, typer.Option(kcmflags.VERSION_RAW, is_eager=True, hidden=True,
-                                                   callback=_print_raw_version)] = False,
+                                                   callback=versioninfo.print_raw_version)] = False,
 ) -> None:
     pass
 
@@ -146,10 +127,10 @@ def run(
     profiling: Annotated[bool, typer.Option("--profiling/--no-profiling", help="Serve /debug/flags/v: PUT a number there to change -v while running, as KCM's --profiling (Go's /debug/pprof has no Python counterpart; SIGQUIT dumps the stacks). KCM's --profiling=false also works.")] = _defaults.profiling,
     uvloop: Annotated[bool, typer.Option("--uvloop/--no-uvloop", help="Run on uvloop's event loop where it is installed (less CPU per request); --no-uvloop runs on asyncio's own.")] = _defaults.uvloop,
     verbosity: Annotated[int, typer.Option("-v", "--v", min=0, max=2**31 - 1, help="Log level verbosity (0 info, 2 more, 4 debug).")] = 0,
-    show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+    show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=versioninfo.print_version,
                                                help="Print the version and exit (KCM's --version=raw also works).")] = False,
     show_raw_version: Annotated[bool, typer.Option(kcmflags.VERSION_RAW, is_eager=True, hidden=True,
-                                                   callback=_print_raw_version)] = False,
+                                                   callback=versioninfo.print_raw_version)] = False,
     logging_format: Annotated[LogFormat, typer.Option(
         help="Log format: text (klog) or json (KCM's keys: ts in milliseconds, logger, caller, msg, v).")] = LogFormat.text,
 ) -> None:
@@ -289,7 +270,7 @@ def list_controllers() -> None:
 @app.command()
 def version() -> None:
     """Print the pykcm version."""
-    typer.echo(f"pykcm {__version__}")
+    typer.echo(versioninfo.version_line())
 
 
 @testenv_app.command("start")
