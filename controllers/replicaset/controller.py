@@ -39,6 +39,7 @@ from pykcm.controller.expectations import ControllerExpectations
 from pykcm.controller.podcontrol import PodControl
 from pykcm.controller.podutil import (
     POD_FIELDS,
+    filter_pods,
     is_pod_active,
     is_pod_ready,
     is_pod_terminating,
@@ -320,17 +321,19 @@ class ReplicaSetController(Controller):
             # Retrying cannot fix the spec; the next update of the ReplicaSet enqueues it again.
             self.log.error(err, "Error converting pod selector to selector", replicaSet=key)
             return
+        # A snapshot, as KCM's lister returns: the loops below hand the event loop back, and the
+        # informers may change the cache meanwhile, as KCM's run beside its worker.
         all_pods = pods_by_owner(self.pods.indexer, rs, KIND, include_orphans=True)
-        active = await self.claim_pods(rs, selector, [p for p in all_pods if is_pod_active(p)])
+        active = await self.claim_pods(rs, selector, await filter_pods(all_pods, is_pod_active))
         terminating = None  # the gate off: status.terminatingReplicas unset
         if self.count_terminating:
-            terminating = filter_claimed_pods(rs, selector, [p for p in all_pods if is_pod_terminating(p)])
+            terminating = await filter_claimed_pods(rs, selector, await filter_pods(all_pods, is_pod_terminating))
 
         manage_error = None
         if needs_sync and rs["metadata"].get("deletionTimestamp") is None:
             manage_error = await self.manage_replicas(active, rs)
         evaluated_at = time.time()
-        status = calculate_status(rs, active, terminating, manage_error, evaluated_at)
+        status = await calculate_status(rs, active, terminating, manage_error, evaluated_at)
         updated = await update_status(self.client, rs, status, self.log)
         written = updated["metadata"].get("resourceVersion", "")
         self.consistency.wrote_at(key, rs["metadata"]["uid"], REPLICASETS, written)
@@ -338,7 +341,7 @@ class ReplicaSetController(Controller):
             # v1.36.3 returns here, before planning the availability recheck: the rate-limited
             # retry re-evaluates availability anyway (pinned by a unit test).
             raise manage_error
-        self.schedule_availability_check(key, updated, active, evaluated_at)
+        await self.schedule_availability_check(key, updated, active, evaluated_at)
 
     async def claim_pods(self, rs: Obj, selector: Selector, pods: list[Obj]) -> list[Obj]:
         meta = rs["metadata"]
@@ -364,13 +367,13 @@ class ReplicaSetController(Controller):
             raise error
         return claimed
 
-    def schedule_availability_check(self, key: str, rs: Obj, active: Sequence[Obj], evaluated_at: float) -> None:
+    async def schedule_availability_check(self, key: str, rs: Obj, active: Sequence[Obj], evaluated_at: float) -> None:
         """With minReadySeconds, look again when the next Ready pod becomes available."""
         min_ready = min_ready_seconds(rs)
         status = rs.get("status") or {}
         if min_ready <= 0 or status.get("readyReplicas", 0) == status.get("availableReplicas", 0):
             return
-        delay = min_next_availability_check(active, min_ready, evaluated_at, time.time())
+        delay = await min_next_availability_check(active, min_ready, evaluated_at)
         self.queue.add_after(key, float(min_ready) if delay is None else delay)
 
     # -- manageReplicas -------------------------------------------------------------------------------
@@ -417,7 +420,8 @@ class ReplicaSetController(Controller):
     async def delete_replicas(self, rs: Obj, active: Sequence[Obj], count: int) -> BaseException | None:
         key = object_key(rs)
         self.log.v(2).info("Too many replicas", replicaSet=key, need=spec_replicas(rs), deleting=count)
-        victims = pods_to_delete(active, await self.related_pods(rs), count, use_deletion_cost=self.use_deletion_cost)
+        related = await self.related_pods(rs)
+        victims = await pods_to_delete(active, related, count, use_deletion_cost=self.use_deletion_cost)
         # Expect these exact pods, so "deletionTimestamp set" and "deleted" count once each.
         self.expectations.expect_deletions(key, [object_key(p) for p in victims])
         errors = await asyncio.gather(*(self.delete_one(rs, key, pod) for pod in victims))

@@ -3,7 +3,8 @@
 - `slow_start_batch`: call `create` `count` times in batches of 1, 2, 4, ... run concurrently;
   stop after the first batch with a failure, so a quota denial costs one doomed call, not 500.
 - `pods_to_delete`: the `n` pods best given up, by KCM's ranking (`podutil.sort_for_deletion`)
-  where a pod's rank is the number of active related pods on its node.
+  where a pod's rank is the number of active related pods on its node. It reads every active and
+  related pod (10,000 for a large ReplicaSet) and hands the event loop back as it goes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pykcm.controller.podutil import is_pod_active, is_pod_ready, sort_for_deletion
 from pykcm.informers.store import Obj
 from pykcm.util.apitime import parse_time
+from pykcm.util.timeslice import TimeSlice
 
 from .metrics import sorting_deletion_age_ratio
 
@@ -49,17 +51,25 @@ async def slow_start_batch(
     return successes, None
 
 
-def ranks_by_colocated_related_pods(pods: Sequence[Obj], related: Iterable[Obj]) -> list[int]:
+async def ranks_by_colocated_related_pods(pods: Sequence[Obj], related: Iterable[Obj]) -> list[int]:
     """For each pod, how many active related pods share its node ("" for unscheduled too)."""
     on_node: dict[str, int] = {}
+    time_slice = TimeSlice()
     for pod in related:
         if is_pod_active(pod):
             node = (pod.get("spec") or {}).get("nodeName", "")
             on_node[node] = on_node.get(node, 0) + 1
-    return [on_node.get((p.get("spec") or {}).get("nodeName", ""), 0) for p in pods]
+        if time_slice.over():
+            await time_slice.pause()
+    ranks: list[int] = []
+    for pod in pods:
+        ranks.append(on_node.get((pod.get("spec") or {}).get("nodeName", ""), 0))
+        if time_slice.over():
+            await time_slice.pause()
+    return ranks
 
 
-def pods_to_delete(
+async def pods_to_delete(
     active: Sequence[Obj], related: Iterable[Obj], count: int, now: float | None = None, *,
     use_deletion_cost: bool = True,
 ) -> list[Obj]:
@@ -72,24 +82,33 @@ def pods_to_delete(
     # at random on every sync as KCM's (its indexer hands them out in Go's map order), so a delete
     # refused for some tied pods (an admission policy) does not keep the others from being tried.
     active = random.sample(active, len(active))
-    ranks = ranks_by_colocated_related_pods(active, related)
-    ranked = sort_for_deletion(active, ranks, now, use_deletion_cost=use_deletion_cost)
-    _report_deletion_age_ratio(ranked, count, now)
+    ranks = await ranks_by_colocated_related_pods(active, related)
+    ranked = await sort_for_deletion(active, ranks, now, use_deletion_cost=use_deletion_cost)
+    await _report_deletion_age_ratio(ranked, count, now)
     return ranked[:count]
 
 
-def _report_deletion_age_ratio(ranked: Sequence[Obj], count: int, now: float) -> None:
+async def _report_deletion_age_ratio(ranked: Sequence[Obj], count: int, now: float) -> None:
     """Age of each deleted Ready pod over the youngest Ready pod's age (integer ms division, as KCM)."""
-    ready_created = [t for p in ranked if is_pod_ready(p) and (t := _created(p)) is not None]
-    if not ready_created:
+    youngest: float | None = None
+    time_slice = TimeSlice()
+    for pod in ranked:
+        created = _created(pod) if is_pod_ready(pod) else None
+        if created is not None and (youngest is None or created > youngest):
+            youngest = created
+        if time_slice.over():
+            await time_slice.pause()
+    if youngest is None:
         return
-    youngest_age_ms = int((now - max(ready_created)) * 1000)
+    youngest_age_ms = int((now - youngest) * 1000)
     if youngest_age_ms <= 0:
         return
     for pod in ranked[:count]:
         created = _created(pod)
         if is_pod_ready(pod) and created is not None:
             sorting_deletion_age_ratio.observe(float(int((now - created) * 1000) // youngest_age_ms))
+        if time_slice.over():
+            await time_slice.pause()
 
 
 def _created(pod: Obj) -> float | None:

@@ -9,6 +9,9 @@ From apimachinery's controller_ref.go and KCM's controller_ref_manager.go / cont
   releases those it no longer selects and adopts matching orphans. Before the first adoption
   of a pass it runs `can_adopt` once (an uncached GET of the owner): if the owner is gone,
   recreated or being deleted, every adoption of that pass fails.
+
+Claiming and filtering read every pod of the owner (10,000 for a large ReplicaSet) and hand the
+event loop back as they go, as KCM's run on a worker goroutine beside its informers.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from pykcm.client.errors import Invalid, NotFound
+from pykcm.controller.podutil import filter_pods
 from pykcm.controller.selectors import Selector
 from pykcm.informers.store import Indexer, Obj
 from pykcm.util.errors import aggregate
 from pykcm.util.log import get_logger
+from pykcm.util.timeslice import TimeSlice
 
 POD_CONTROLLER_INDEX = "podController"
 
@@ -104,9 +109,13 @@ def pods_by_owner(indexer: Indexer, owner: Obj, kind: str, include_orphans: bool
     return [pod for key in keys for pod in indexer.by_index(POD_CONTROLLER_INDEX, key)]
 
 
-def filter_claimed_pods(owner: Obj, selector: Selector, pods: Iterable[Obj]) -> list[Obj]:
+async def filter_claimed_pods(owner: Obj, selector: Selector, pods: Iterable[Obj]) -> list[Obj]:
     """Pods controlled by `owner` that its selector still matches."""
-    return [p for p in pods if is_controlled_by(p, owner) and selector.matches(p["metadata"].get("labels"))]
+
+    def claimed(pod: Obj) -> bool:
+        return is_controlled_by(pod, owner) and selector.matches(pod["metadata"].get("labels"))
+
+    return await filter_pods(pods, claimed)
 
 
 # -- claiming ---------------------------------------------------------------------------------------
@@ -136,12 +145,15 @@ class PodControllerRefManager:
     async def claim_pods(self, pods: Iterable[Obj]) -> tuple[list[Obj], BaseException | None]:
         """(pods we now control, the aggregated error of failed adoptions/releases or None)."""
         claimed, errors = [], []
+        time_slice = TimeSlice()
         for pod in pods:
             try:
                 if await self._claim(pod):
                     claimed.append(pod)
             except Exception as err:
                 errors.append(err)
+            if time_slice.over():
+                await time_slice.pause()
         return claimed, aggregate(errors)
 
     def _being_deleted(self) -> bool:

@@ -3,20 +3,24 @@
 From KCM's pkg/api/v1/pod/util.go and pkg/controller/controller_utils.go: active, terminating,
 ready and available pods; when the next pod becomes available; and `ActivePodsWithRanks`, the
 comparator that puts the pods best deleted first. Times are Unix seconds (floats); API
-timestamps are parsed with `parse_time`.
+timestamps are parsed with `parse_time`. The functions that read every pod of a controller
+(10,000 for a large ReplicaSet) are async and hand the event loop back as they go: KCM runs them
+on a worker goroutine, beside its informers.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pykcm.informers.projection import Projection
 from pykcm.informers.store import Obj
 from pykcm.util.apitime import parse_time
+from pykcm.util.timeslice import TimeSlice
 
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 _PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}  # any other phase counts as Pending
@@ -67,6 +71,18 @@ def is_pod_terminating(pod: Obj) -> bool:
     return not is_pod_terminal(pod) and pod["metadata"].get("deletionTimestamp") is not None
 
 
+async def filter_pods(pods: Iterable[Obj], keep: Callable[[Obj], bool]) -> list[Obj]:
+    """The pods `keep` accepts, in order (FilterActivePods, FilterTerminatingPods, FilterClaimedPods)."""
+    kept: list[Obj] = []
+    time_slice = TimeSlice()
+    for pod in pods:
+        if keep(pod):
+            kept.append(pod)
+        if time_slice.over():
+            await time_slice.pause()
+    return kept
+
+
 # -- readiness --------------------------------------------------------------------------------------
 
 
@@ -108,22 +124,26 @@ def next_availability_check(pod: Obj, min_ready_seconds: int, now: float) -> flo
     return remaining if remaining > 0 else None
 
 
-def min_next_availability_check(
-    pods: Iterable[Obj], min_ready_seconds: int, evaluated_at: float, now: float
+async def min_next_availability_check(
+    pods: Iterable[Obj], min_ready_seconds: int, evaluated_at: float, now: Callable[[], float] = time.time
 ) -> float | None:
     """When to look again so the earliest not-yet-available pod is counted (FindMinNextPodAvailabilityCheck).
 
     The candidate is chosen as of `evaluated_at` (when status was computed); the delay is then
-    recomputed for that pod as of `now`, falling back to 0 if it became due in between.
+    recomputed for that pod as of `now()`, read after the scan as KCM's clock, falling back to 0
+    if it became due in between.
     """
     best: tuple[float, Obj] | None = None
+    time_slice = TimeSlice()
     for pod in pods:
         delay = next_availability_check(pod, min_ready_seconds, evaluated_at)
         if delay is not None and (best is None or delay < best[0]):
             best = (delay, pod)
+        if time_slice.over():
+            await time_slice.pause()
     if best is None:
         return None
-    refreshed = next_availability_check(best[1], min_ready_seconds, now)
+    refreshed = next_availability_check(best[1], min_ready_seconds, now())
     return refreshed if refreshed is not None else 0.0
 
 
@@ -253,13 +273,20 @@ def _ready_time(pod: Obj) -> float | None:
     return parse_time(cond.get("lastTransitionTime")) if cond is not None else None
 
 
-def sort_for_deletion(
+async def sort_for_deletion(
     pods: Sequence[Obj], ranks: Sequence[int], now: float | None, *, use_deletion_cost: bool = True
 ) -> list[Obj]:
     """`pods` ordered best-to-delete first. `ranks[i]` is the number of related active pods on
     pod i's node; `now` enables the logarithmic age comparison (None compares exact times);
     `use_deletion_cost` False leaves the pod-deletion-cost annotation out (KCM's PodDeletionCost off)."""
-    ranked = [_Ranked.of(pod, rank, now, use_deletion_cost) for pod, rank in zip(pods, ranks, strict=True)]
+    ranked: list[_Ranked] = []
+    time_slice = TimeSlice()
+    for pod, rank in zip(pods, ranks, strict=True):
+        ranked.append(_Ranked.of(pod, rank, now, use_deletion_cost))
+        if time_slice.over():
+            await time_slice.pause()
+    # The sort is one call that cannot hand the loop back: it starts on a turn of its own.
+    await time_slice.pause()
 
     def compare(i: int, j: int) -> int:
         if _less(ranked[i], ranked[j], now):

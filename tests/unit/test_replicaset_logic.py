@@ -107,7 +107,7 @@ async def test_scenario_14_slow_start_stops_after_failing_batch() -> None:
 # -- deletion ranking -------------------------------------------------------------------------------
 
 
-def test_scenario_11_unscheduled_pending_not_ready_go_first() -> None:
+async def test_scenario_11_unscheduled_pending_not_ready_go_first() -> None:
     pods = [
         pod("ready-1", ready_since=NOW - 100),
         pod("running-not-ready", ready=False),
@@ -115,19 +115,19 @@ def test_scenario_11_unscheduled_pending_not_ready_go_first() -> None:
         pod("pending", phase="Pending", ready=False),
         pod("unscheduled", node="", phase="Pending", ready=False),
     ]
-    victims = pods_to_delete(pods, pods, 3, now=NOW)
+    victims = await pods_to_delete(pods, pods, 3, now=NOW)
     assert [p["metadata"]["name"] for p in victims] == ["unscheduled", "pending", "running-not-ready"]
 
 
-def test_phase_order_pending_unknown_running() -> None:
+async def test_phase_order_pending_unknown_running() -> None:
     pods = [pod("run", phase="Running"), pod("unk", phase="Unknown"), pod("pend", phase="Pending")]
-    ordered = sort_for_deletion(pods, [0, 0, 0], NOW)
+    ordered = await sort_for_deletion(pods, [0, 0, 0], NOW)
     assert [p["metadata"]["name"] for p in ordered] == ["pend", "unk", "run"]
 
 
-def test_scenario_12_lower_pod_deletion_cost_goes_first() -> None:
+async def test_scenario_12_lower_pod_deletion_cost_goes_first() -> None:
     pods = [pod("expensive", cost="100"), pod("cheap", cost="-10")]
-    assert [p["metadata"]["name"] for p in pods_to_delete(pods, pods, 1, now=NOW)] == ["cheap"]
+    assert [p["metadata"]["name"] for p in await pods_to_delete(pods, pods, 1, now=NOW)] == ["cheap"]
 
 
 @pytest.mark.parametrize(
@@ -139,80 +139,80 @@ def test_deletion_cost_parsing(value: str | None, cost: int) -> None:
     assert deletion_cost(pod("p", cost=value)) == cost
 
 
-def test_scenario_13_colocated_pods_go_first() -> None:
+async def test_scenario_13_colocated_pods_go_first() -> None:
     pods = [pod("b1", node="node-b"), pod("a1", node="node-a"), pod("a2", node="node-a")]
-    assert ranks_by_colocated_related_pods(pods, pods) == [1, 2, 2]
-    victim = pods_to_delete(pods, pods, 1, now=NOW)[0]
+    assert await ranks_by_colocated_related_pods(pods, pods) == [1, 2, 2]
+    victim = (await pods_to_delete(pods, pods, 1, now=NOW))[0]
     assert victim["spec"]["nodeName"] == "node-a"
     # Without related pods (a ReplicaSet with no controller) every rank is 0.
-    assert ranks_by_colocated_related_pods(pods, []) == [0, 0, 0]
+    assert await ranks_by_colocated_related_pods(pods, []) == [0, 0, 0]
 
 
-def test_ready_time_in_log2_buckets_with_uid_tiebreak() -> None:
+async def test_ready_time_in_log2_buckets_with_uid_tiebreak() -> None:
     # 100 s and 110 s ago share floor(log2(ns)) -> tie broken by UID, not by exact time.
     older = pod("older", ready_since=NOW - 110, uid="a")
     newer = pod("newer", ready_since=NOW - 100, uid="b")
-    assert [p["metadata"]["name"] for p in sort_for_deletion([newer, older], [0, 0], NOW)] == ["older", "newer"]
+    assert [p["metadata"]["name"] for p in await sort_for_deletion([newer, older], [0, 0], NOW)] == ["older", "newer"]
     # Far apart buckets: the more recently Ready one goes first whatever the UIDs.
     recent = pod("recent", ready_since=NOW - 10, uid="z")
-    assert sort_for_deletion([older, recent], [0, 0], NOW)[0]["metadata"]["name"] == "recent"
+    assert (await sort_for_deletion([older, recent], [0, 0], NOW))[0]["metadata"]["name"] == "recent"
     # Without `now` exact times decide.
-    assert sort_for_deletion([older, newer], [0, 0], None)[0]["metadata"]["name"] == "newer"
+    assert (await sort_for_deletion([older, newer], [0, 0], None))[0]["metadata"]["name"] == "newer"
 
 
-def test_ages_past_gos_largest_duration_share_one_bucket() -> None:
+async def test_ages_past_gos_largest_duration_share_one_bucket() -> None:
     # time.Sub saturates at about 292 years: Ready since 1000 and 1500 tie, and the UID decides (probe 5).
     year = 365.25 * 86400
     ancient = pod("ancient", ready_since=NOW - 1026 * year, uid="a")
     old = pod("old", ready_since=NOW - 526 * year, uid="b")
-    assert [p["metadata"]["name"] for p in sort_for_deletion([old, ancient], [0, 0], NOW)] == ["ancient", "old"]
+    assert [p["metadata"]["name"] for p in await sort_for_deletion([old, ancient], [0, 0], NOW)] == ["ancient", "old"]
 
 
-def test_restarts_then_creation_time() -> None:
+async def test_restarts_then_creation_time() -> None:
     calm = pod("calm", restarts=0)
     crashy = pod("crashy", restarts=5)
-    assert sort_for_deletion([calm, crashy], [0, 0], NOW)[0]["metadata"]["name"] == "crashy"
+    assert (await sort_for_deletion([calm, crashy], [0, 0], NOW))[0]["metadata"]["name"] == "crashy"
     old = pod("old", created=NOW - 100_000, uid="a")
     young = pod("young", created=NOW - 10, uid="b")
-    assert sort_for_deletion([old, young], [0, 0], NOW)[0]["metadata"]["name"] == "young"
+    assert (await sort_for_deletion([old, young], [0, 0], NOW))[0]["metadata"]["name"] == "young"
 
 
-def test_rank_beats_ready_time_but_cost_beats_rank() -> None:
+async def test_rank_beats_ready_time_but_cost_beats_rank() -> None:
     lonely_recent = pod("lonely", node="b", ready_since=NOW - 1)
     crowded_old = pod("crowded", node="a", ready_since=NOW - 10_000)
-    ordered = sort_for_deletion([lonely_recent, crowded_old], [1, 3], NOW)
+    ordered = await sort_for_deletion([lonely_recent, crowded_old], [1, 3], NOW)
     assert ordered[0]["metadata"]["name"] == "crowded"
     costly = pod("crowded", node="a", cost="5")
-    ordered = sort_for_deletion([costly, lonely_recent], [3, 1], NOW)
+    ordered = await sort_for_deletion([costly, lonely_recent], [3, 1], NOW)
     assert ordered[0]["metadata"]["name"] == "lonely"
 
 
-def test_tied_pods_are_chosen_at_random_as_kcms() -> None:
+async def test_tied_pods_are_chosen_at_random_as_kcms() -> None:
     """KCM's indexer hands pods out in Go's map order, so ties are broken anew on every sync: a
     delete refused for some tied pods does not keep the others from being tried."""
     pods = [pod(n, node="", phase="Pending", ready=False, uid="same") for n in ("x", "y", "z")]
-    chosen = {p["metadata"]["name"] for _ in range(60) for p in pods_to_delete(pods, pods, 2, now=NOW)}
+    chosen = {p["metadata"]["name"] for _ in range(60) for p in await pods_to_delete(pods, pods, 2, now=NOW)}
     assert chosen == {"x", "y", "z"}
 
 
-def test_delete_all_skips_sorting() -> None:
+async def test_delete_all_skips_sorting() -> None:
     pods = [pod("x"), pod("y", node="")]
-    assert pods_to_delete(pods, pods, 2, now=NOW) == pods
+    assert await pods_to_delete(pods, pods, 2, now=NOW) == pods
 
 
 # -- availability -----------------------------------------------------------------------------------
 
 
-def test_scenario_22_availability_after_min_ready_seconds() -> None:
+async def test_scenario_22_availability_after_min_ready_seconds() -> None:
     ready_at = NOW - 4
     p = pod("p", ready_since=ready_at)
     assert not is_pod_available(p, 10, NOW)
     assert is_pod_available(p, 10, ready_at + 10)  # inclusive, as IsPodAvailable
     assert is_pod_available(p, 0, NOW)
-    assert min_next_availability_check([p], 10, NOW, NOW) == pytest.approx(6)
+    assert await min_next_availability_check([p], 10, NOW, lambda: NOW) == pytest.approx(6)
     # If it became due between status evaluation and now: look again at once.
-    assert min_next_availability_check([p], 10, NOW, NOW + 7) == 0.0
-    assert min_next_availability_check([pod("nr", ready=False)], 10, NOW, NOW) is None
+    assert await min_next_availability_check([p], 10, NOW, lambda: NOW + 7) == 0.0
+    assert await min_next_availability_check([pod("nr", ready=False)], 10, NOW, lambda: NOW) is None
 
 
 # -- status -----------------------------------------------------------------------------------------
@@ -231,13 +231,13 @@ def rs(replicas: int = 2, generation: int = 1, status: dict | None = None, min_r
     }
 
 
-def test_status_counts() -> None:
+async def test_status_counts() -> None:
     pods = [
         pod("full", labels={"app": "web", "tier": "fe"}),
         pod("partial", labels={"app": "web"}, ready=False),
         pod("young", labels={"app": "web", "tier": "fe"}, ready_since=NOW - 1),
     ]
-    status = calculate_status(rs(min_ready=5), pods, [pod("t")], None, NOW)
+    status = await calculate_status(rs(min_ready=5), pods, [pod("t")], None, NOW)
     assert status == {
         "replicas": 3,
         "fullyLabeledReplicas": 2,
@@ -245,21 +245,21 @@ def test_status_counts() -> None:
         "availableReplicas": 1,
         "terminatingReplicas": 1,
     }
-    assert "terminatingReplicas" not in calculate_status(rs(), pods, None, None, NOW)
+    assert "terminatingReplicas" not in await calculate_status(rs(), pods, None, None, NOW)
 
 
-def test_scenario_14_15_replica_failure_condition_set_then_cleared() -> None:
-    failed = calculate_status(rs(replicas=10), [], [], RuntimeError("exceeded quota"), NOW)
+async def test_scenario_14_15_replica_failure_condition_set_then_cleared() -> None:
+    failed = await calculate_status(rs(replicas=10), [], [], RuntimeError("exceeded quota"), NOW)
     (cond,) = failed["conditions"]
     assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == (
         "ReplicaFailure", "True", "FailedCreate", "exceeded quota"
     )
     # A later error does not rewrite the existing condition.
-    again = calculate_status(rs(replicas=10, status=failed), [], [], RuntimeError("other"), NOW)
+    again = await calculate_status(rs(replicas=10, status=failed), [], [], RuntimeError("other"), NOW)
     assert again["conditions"] == [cond]
-    cleared = calculate_status(rs(replicas=10, status=failed), [], [], None, NOW)
+    cleared = await calculate_status(rs(replicas=10, status=failed), [], [], None, NOW)
     assert "conditions" not in cleared
-    deleting = calculate_status(rs(replicas=0), [pod("x")], [], RuntimeError("boom"), NOW)
+    deleting = await calculate_status(rs(replicas=0), [pod("x")], [], RuntimeError("boom"), NOW)
     assert deleting["conditions"][0]["reason"] == "FailedDelete"
 
 
@@ -273,7 +273,7 @@ def test_scenario_20_21_status_unchanged_needs_observed_generation() -> None:
     assert not status_unchanged(rs(status={**steady, "terminatingReplicas": None}), new)
 
 
-def test_the_deletion_sort_reads_each_pods_times_once(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_deletion_sort_reads_each_pods_times_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # The sort runs on the event loop: a comparison that parsed both pods' timestamps made a
     # 10,000-pod scale down block the loop for over a second (n log n parses instead of 2n).
     import pykcm.controller.podutil as podutil
@@ -288,6 +288,6 @@ def test_the_deletion_sort_reads_each_pods_times_once(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(podutil, "parse_time", counting)
     pods = [pod(f"p{i}", ready_since=NOW - 100 - i, created=NOW - 7200 - i, uid=f"{i:04d}") for i in range(200)]
-    ordered = sort_for_deletion(pods, [0] * len(pods), NOW)
+    ordered = await sort_for_deletion(pods, [0] * len(pods), NOW)
     assert parsed == 2 * len(pods)  # its ready time and its creation time
     assert [p["metadata"]["name"] for p in ordered][:2] == ["p0", "p1"]  # ready the shortest, same bucket: UID
