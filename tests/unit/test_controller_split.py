@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
-
 from pykcm.controller import discover_controllers
 from pykcm.testenv.nodes import KCM_CONTROLLERS, PYKCM_CONTROLLERS
-
-KIND_CONFIG = Path(__file__).parents[2] / "deploy" / "kind" / "kind-config.yaml"
+from tests.unit.test_deploy_manifests import controller_manager_args, kind_cluster_configuration_patches
 
 
 def test_the_split_names_exactly_the_built_in_controllers() -> None:
@@ -19,8 +14,6 @@ def test_the_split_names_exactly_the_built_in_controllers() -> None:
 
 
 def test_the_kind_recipe_uses_the_same_split() -> None:
-    config = yaml.safe_load(KIND_CONFIG.read_text())
-    [control_plane] = [node for node in config["nodes"] if node["role"] == "control-plane"]
-    patches = [yaml.safe_load(patch) for patch in control_plane["kubeadmConfigPatches"]]
-    args = {a["name"]: a["value"] for p in patches for a in p.get("controllerManager", {}).get("extraArgs", [])}
-    assert args["controllers"] == KCM_CONTROLLERS
+    """In its patch for each kubeadm config version (tests/unit/test_deploy_manifests.py)."""
+    patches = kind_cluster_configuration_patches()
+    assert patches and {controller_manager_args(p)["controllers"] for p in patches} == {KCM_CONTROLLERS}

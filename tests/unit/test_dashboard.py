@@ -24,7 +24,8 @@ import yaml
 
 from pykcm.testenv.gobuild import BuildError
 from tests.dashboard_linter import LINTER_BUILD_TIMEOUT, build_linter
-from tests.promql import TARGET_LABELS, exported_series, metric_names, promtool, selectors
+from tests.promql import HISTOGRAM_SUFFIXES, TARGET_LABELS, exported_series, metric_names, promtool, selectors
+from tests.unit.test_alert_rules import alerts, seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "pykcm-dashboard.json"
@@ -230,3 +231,61 @@ def test_queries_name_only_metrics_and_labels_pykcm_exports():
 def test_dashboard_shows_what_operators_need():
     used = set().union(*(metric_names(expr) for expr in dashboard_exprs().values()))
     assert REQUIRED_METRICS - used == set()
+
+
+# -- the alerts the panels name -------------------------------------------------------------------
+
+ALERT_NAME = re.compile(r"\bPykcm[A-Z]\w+")
+# "<alert> fires <when>." and the numbers <when> may state, each checked against the rule.
+FIRES = re.compile(r"\b(Pykcm[A-Z]\w+) fires ([^.]*)\.")
+PERCENT, PER_MINUTE, SECONDS = re.compile(r"(\d+) %"), re.compile(r"(\d+) a minute"), re.compile(r"(\d+) s\b")
+FOR_MINUTES, PLAIN = re.compile(r"for (\d+) minutes"), re.compile(r"\b(\d+)\b")
+
+
+def base_names(expr: str) -> set[str]:
+    return {re.sub(rf"({'|'.join(HISTOGRAM_SUFFIXES)})$", "", name) for name in metric_names(expr)}
+
+
+def thresholds(expr: str) -> list[float]:
+    return [float(n) for n in re.findall(r"[<>]=?\s*(\d+(?:\.\d+)?)", expr)]
+
+
+def le_bounds(expr: str) -> list[float]:
+    """The `le` values the selectors match: the alternatives of the rules' `1|1.0`, escapes dropped."""
+    return [float(v.replace("\\", "")) for s in selectors(expr) if (m := s.matcher("le")) for v in m.value.split("|")]
+
+
+def has(values: list[float], wanted: float) -> bool:
+    return any(abs(v - wanted) < 1e-9 for v in values)
+
+
+@pytest.mark.parametrize("panel", [p for p in panels() if ALERT_NAME.search(p.get("description", ""))],
+                         ids=lambda p: p["title"])
+def test_alerts_a_panel_names_watch_what_it_shows_and_fire_as_it_says(panel):
+    """Each alert a description names exists and uses a metric the panel draws; a description naming
+    one alert says when it fires, and every number it states is the rule's: a percentage or a
+    number a threshold (N a minute: N/60 per second), N s a histogram bound, N minutes its `for`."""
+    rules = {a["alert"]: a for a in alerts()}
+    description = panel["description"]
+    named = set(ALERT_NAME.findall(description))
+    drawn = set().union(*(base_names(t["expr"]) for t in panel["targets"]))
+    for name in named:
+        assert name in rules, f"{panel['title']}: no alert {name}"
+        assert base_names(rules[name]["expr"]) & drawn, f"{panel['title']}: {name} watches none of its metrics"
+    claims = {name: when for name, when in FIRES.findall(description)}
+    if len(named) == 1:
+        assert claims.keys() == named, f"{panel['title']}: say when {named.pop()} fires"
+    for name, when in claims.items():
+        rule = rules[name]
+        levels = thresholds(rule["expr"])
+        for number in PERCENT.findall(when):
+            assert has(levels, int(number) / 100), f"{name}: no threshold {number} %"
+        for number in PER_MINUTE.findall(when):
+            assert has(levels, int(number) / 60), f"{name}: no threshold {number} a minute"
+        for number in SECONDS.findall(when):
+            assert has(le_bounds(rule["expr"]), float(number)), f"{name}: no bucket bound {number} s"
+        for number in FOR_MINUTES.findall(when):
+            assert seconds(rule["for"]) == int(number) * 60, f"{name}: for {rule['for']}, not {number} minutes"
+        rest = FOR_MINUTES.sub("", SECONDS.sub("", PER_MINUTE.sub("", PERCENT.sub("", when))))
+        for number in PLAIN.findall(rest):
+            assert has(levels, float(number)), f"{name}: no threshold {number}"

@@ -13,6 +13,7 @@ import yaml
 from pykcm.testenv.docker import DockerEngine, DockerError
 from pykcm.testenv.kind import cluster, nodeimage
 from pykcm.testenv.nodes import KCM_CONTROLLERS, KUBEADM_CONTROLLERS
+from tests.unit.test_deploy_manifests import controller_manager_args
 
 
 def test_the_recipe_is_kept_and_gets_the_machines_workarounds() -> None:
@@ -35,6 +36,9 @@ def test_kcm_controllers_replace_only_the_recipes_controllers_value() -> None:
     patch = yaml.safe_load(config["nodes"][0]["kubeadmConfigPatches"][0])
     args = {a["name"]: a["value"] for a in patch["controllerManager"]["extraArgs"]}
     assert args == {"enable-hostpath-provisioner": "true", "controllers": KUBEADM_CONTROLLERS}
+    # In the patch of every kubeadm config version kind may render (v1beta3: a map).
+    patches = [yaml.safe_load(p) for p in config["nodes"][0]["kubeadmConfigPatches"]]
+    assert {controller_manager_args(p)["controllers"] for p in patches} == {KUBEADM_CONTROLLERS}
     assert config["nodes"][1:] == cluster.cluster_config()["nodes"][1:]
     assert config["kubeadmConfigPatches"] == cluster.cluster_config()["kubeadmConfigPatches"]
 

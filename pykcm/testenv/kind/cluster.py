@@ -159,21 +159,28 @@ def cluster_config(recipe: Path = RECIPE, kcm_controllers: str | None = None) ->
 
 
 def _set_kcm_controllers(config: dict[str, Any], value: str) -> None:
-    """In place: the recipe's `controllers` entry of KCM's extraArgs (a ClusterConfiguration patch
-    of a node) set to `value`. Only that entry changes: kind's kubeadm patches are merge patches, so
+    """In place: the recipe's `controllers` entry of KCM's extraArgs set to `value` in each of its
+    ClusterConfiguration patches (one per kubeadm config version: a v1beta4 list of name/value
+    pairs, a v1beta3 map). Only that entry changes: kind's kubeadm patches are merge patches, so
     another patch setting extraArgs would replace the recipe's list (and its hostpath flag)."""
+    replaced = 0
     for node in config.get("nodes", []):
         patches = node.get("kubeadmConfigPatches", [])
         for i, patch in enumerate(patches):
             document = yaml.safe_load(patch)
             if document.get("kind") != "ClusterConfiguration":
                 continue
-            for arg in document.get("controllerManager", {}).get("extraArgs", []):
-                if arg.get("name") == "controllers":
-                    arg["value"] = value
-                    patches[i] = yaml.safe_dump(document, sort_keys=False)
-                    return
-    raise KindError("the kind recipe sets no --controllers for kube-controller-manager: nothing to replace")
+            extra = document.get("controllerManager", {}).get("extraArgs", [])
+            if isinstance(extra, dict) and "controllers" in extra:
+                extra["controllers"] = value
+            elif entries := [a for a in extra if isinstance(a, dict) and a.get("name") == "controllers"]:
+                entries[0]["value"] = value
+            else:
+                continue
+            patches[i] = yaml.safe_dump(document, sort_keys=False)
+            replaced += 1
+    if not replaced:
+        raise KindError("the kind recipe sets no --controllers for kube-controller-manager: nothing to replace")
 
 
 def write_wrapper(directory: Path, engine: DockerEngine, real: str | None = None) -> None:
