@@ -25,7 +25,7 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 
 
 class ServiceAccountController(Controller):
-    name = "serviceaccount-controller"  # required: --controllers, metrics, Events and logs name it so
+    name = "serviceaccount-controller"  # required: --controllers, metrics, Events, log lines' `controller=` name it so
     aliases = ("serviceaccount",)  # default (): other words --controllers accepts
     # Default `name`. The user agent and, with --use-service-account-credentials, the ServiceAccount it
     # runs as (RBAC binds that name): KCM's account for this controller is spelt differently from `name`.

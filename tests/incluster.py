@@ -36,7 +36,7 @@ CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 NAME_LABEL = "app.kubernetes.io/name"
 STANDBY, STANDBY_PORT = "pykcm-standby", 10358
 NONROOT = 65532
-IDENTITY = re.compile(r'"Attempting to acquire leader lease".* identity="([^"]+)"')
+IDENTITY = re.compile(r'"Attempting to acquire leader lease\.\.\.".* identity="([^"]+)"')
 ACQUIRED = '"Successfully acquired lease"'
 READY_TIMEOUT = 180.0
 Log = Callable[[str], None]

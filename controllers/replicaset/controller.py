@@ -49,6 +49,7 @@ from pykcm.controller.selectors import Selector, SelectorError, selector_from_la
 from pykcm.informers.projection import union
 from pykcm.informers.store import DeletedFinalStateUnknown, Obj, object_key, unwrap_tombstone
 from pykcm.util.apitime import go_string
+from pykcm.util.log import kobj
 from pykcm.util.timeslice import TimeSlice
 
 from .metrics import stale_sync_skips
@@ -156,7 +157,9 @@ class ReplicaSetController(Controller):
                 matching.append(rs)
         if len(matching) > 1:
             # The apiserver lets only one of them become the controller; still a user error.
-            self.log.error(None, "user error! more than one ReplicaSet is selecting pods", labels=labels)
+            shown = " ".join(f"{k}:{v}" for k, v in sorted(labels.items()))  # Go's %+v of a map
+            self.log.error(f"user error! more than one ReplicaSet is selecting pods with labels: map[{shown}]",
+                           "Unhandled Error", logger="UnhandledError")
         return matching
 
     async def related_pods(self, rs: Obj) -> list[Obj]:
@@ -185,7 +188,7 @@ class ReplicaSetController(Controller):
     # -- ReplicaSet events ----------------------------------------------------------------------------
 
     def rs_added(self, rs: Obj) -> None:
-        self.log.v(4).info("Adding", replicaSet=object_key(rs))
+        self.log.v(4).info("Adding", replicaSet=kobj(rs))
         self.enqueue(rs)
 
     def rs_updated(self, old: Obj, cur: Obj) -> None:
@@ -195,8 +198,8 @@ class ReplicaSetController(Controller):
             self.rs_deleted(DeletedFinalStateUnknown(object_key(old), old))
         if spec_replicas(old) != spec_replicas(cur):
             self.log.v(4).info(
-                "ReplicaSet updated. Desired pod count change.",
-                replicaSet=object_key(cur), oldReplicas=spec_replicas(old), newReplicas=spec_replicas(cur),
+                "replicaSet updated. Desired pod count change.",
+                replicaSet=kobj(old), oldReplicas=spec_replicas(old), newReplicas=spec_replicas(cur),
             )
         # Always: a resync thereby retries a ReplicaSet whose last attempt failed.
         self.enqueue(cur)
@@ -204,7 +207,7 @@ class ReplicaSetController(Controller):
     def rs_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         rs = unwrap_tombstone(obj)
         key = object_key(rs)
-        self.log.v(4).info("Deleting", replicaSet=key)
+        self.log.v(4).info("Deleting", replicaSet=kobj(rs))
         self.consistency.clear(key, rs["metadata"].get("uid", ""))
         self.expectations.delete(key)
         self._selectors.pop(rs["metadata"].get("uid", ""), None)
@@ -223,7 +226,7 @@ class ReplicaSetController(Controller):
             if rs is None:
                 return
             key = object_key(rs)
-            self.log.v(4).info("Pod created", pod=object_key(pod), replicaSet=key)
+            self.log.v(4).info("Pod created", pod=kobj(pod), replicaSet=kobj(rs))
             self.expectations.creation_observed(key)
             self.queue.add(key)
             return
@@ -256,7 +259,8 @@ class ReplicaSetController(Controller):
             min_ready = min_ready_seconds(rs)
             if min_ready > 0 and not is_pod_ready(old) and is_pod_ready(cur):
                 # Look again when this pod should count as available.
-                self.log.v(2).info("Pod will be enqueued after a while for availability check", pod=object_key(cur))
+                self.log.v(2).info("pod will be enqueued after a while for availability check", duration=min_ready,
+                                   kind=KIND, pod=kobj(old))
                 self.enqueue_after(rs, min_ready)
             return
         if labels_changed or ref_changed:
@@ -272,7 +276,7 @@ class ReplicaSetController(Controller):
         if rs is None:
             return
         key = object_key(rs)
-        self.log.v(4).info("Pod deleted", pod=object_key(pod), replicaSet=key)
+        self.log.v(4).info("Pod deleted", pod=kobj(pod), replicaSet=kobj(rs))
         self.expectations.deletion_observed(key, object_key(pod))
         self.queue.add(key)
 
@@ -310,7 +314,7 @@ class ReplicaSetController(Controller):
         await self._ensure_caches_caught_up(key)
         rs = self.replica_sets.indexer.get(key)
         if rs is None:
-            self.log.v(4).info("ReplicaSet deleted", key=key)
+            self.log.v(4).info("deleted", kind=KIND, key=key)
             self.consistency.clear(key)
             self.expectations.delete(key)
             return
@@ -319,7 +323,8 @@ class ReplicaSetController(Controller):
             selector = self.selector_of(rs)
         except SelectorError as err:
             # Retrying cannot fix the spec; the next update of the ReplicaSet enqueues it again.
-            self.log.error(err, "Error converting pod selector to selector", replicaSet=key)
+            self.log.error(f"error converting pod selector to selector for rs {key}: {err}", "Unhandled Error",
+                           logger="UnhandledError")
             return
         # A snapshot, as KCM's lister returns: the loops below hand the event loop back, and the
         # informers may change the cache meanwhile, as KCM's run beside its worker.
@@ -397,7 +402,7 @@ class ReplicaSetController(Controller):
         controller_ref = new_controller_ref(rs, API_VERSION, KIND)
         # Expect all `count` before the first call: pod adds may arrive before the calls return.
         self.expectations.expect_creations(key, count)
-        self.log.v(2).info("Too few replicas", replicaSet=key, need=spec_replicas(rs), creating=count)
+        self.log.v(2).info("Too few replicas", replicaSet=kobj(rs), need=spec_replicas(rs), creating=count)
 
         async def create_one() -> None:
             try:
@@ -412,14 +417,14 @@ class ReplicaSetController(Controller):
             # The informer will never see these pods, so stop waiting for them.
             self.log.v(2).info(
                 "Slow-start failure. Skipping creation of pods, decrementing expectations",
-                podsSkipped=skipped, replicaSet=key,
+                podsSkipped=skipped, kind=KIND, replicaSet=kobj(rs),
             )
             self.expectations.lower(key, skipped, 0)
         return error
 
     async def delete_replicas(self, rs: Obj, active: Sequence[Obj], count: int) -> BaseException | None:
         key = object_key(rs)
-        self.log.v(2).info("Too many replicas", replicaSet=key, need=spec_replicas(rs), deleting=count)
+        self.log.v(2).info("Too many replicas", replicaSet=kobj(rs), need=spec_replicas(rs), deleting=count)
         related = await self.related_pods(rs)
         victims = await pods_to_delete(active, related, count, use_deletion_cost=self.use_deletion_cost)
         # Expect these exact pods, so "deletionTimestamp set" and "deleted" count once each.
@@ -435,6 +440,7 @@ class ReplicaSetController(Controller):
             self.expectations.deletion_observed(key, object_key(pod))
             if isinstance(err, NotFound):
                 return None
-            self.log.v(2).info("Failed to delete pod, decremented expectations", pod=object_key(pod), replicaSet=key)
+            self.log.v(2).info("Failed to delete pod, decremented expectations", pod=object_key(pod), kind=KIND,
+                               replicaSet=kobj(rs))
             return err
         return None

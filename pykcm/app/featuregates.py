@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from prometheus_client import Gauge
 
 from pykcm.util import metricopts
+from pykcm.util.log import go_quote  # feature gates' messages quote as klog: Go's strconv.Quote
 
 ALL_BETA = "AllBeta"
 ATOMIC_FIFO = "AtomicFIFO"
@@ -202,24 +203,3 @@ def go_bool(text: str) -> bool | None:
 def _go(value: bool) -> str:
     return "true" if value else "false"
 
-
-_GO_ESCAPES = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t", "\v": r"\v",
-               "\\": "\\\\", '"': '\\"'}
-
-
-def go_quote(text: str) -> str:
-    """Go's strconv.Quote (%q): printable characters as they are, others escaped."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape): Go writes the byte
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif ch.isprintable():
-            out.append(ch)
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        else:
-            out.append(f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-    return '"' + "".join(out) + '"'

@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from pykcm.app.featuregates import go_bool, go_quote
+from pykcm.app.featuregates import go_bool
 from pykcm.app.options import FLOAT32_LIMIT
 from pykcm.util.durations import DurationError, parse_duration
+from pykcm.util.log import go_quote
 
 
 def _words(text: str) -> frozenset[str]:

@@ -242,8 +242,8 @@ class LeaderElector:
             try:
                 await self.lock.update(record)
             except (ApiError, TransportError) as err:
-                log.v(2).info("Failed to update lock optimistically, falling back to slow path", err=str(err),
-                              lease=self._desc())
+                log.v(2).info("Failed to update lease optimistically, falling back to slow path", lock=self._desc(),
+                              err=str(err))
             else:
                 self._set_observed(record, sent)
                 return True
@@ -253,7 +253,7 @@ class LeaderElector:
         except NotFound:  # never created, or deleted (by hand): created again, as client-go does
             return await self._create(desired)
         except (ApiError, TransportError) as err:
-            log.error(err, "Error retrieving lease lock", lease=self._desc())
+            log.error(err, "Error retrieving lease lock", lock=self._desc())
             return False
         # 3. A changed record restarts the expiry countdown, measured on our clock from now.
         if current != self._observed_raw:
@@ -265,7 +265,7 @@ class LeaderElector:
             # leadership. An empty holder (cleared by hand) is free, so taken back below as before.
             return self._lose(f"lease taken by {holder}", "Lease taken by another candidate, stopping", holder=holder)
         if current.holder_identity and self._lease_valid(now) and not self.is_leader():
-            log.v(4).info("Lock is held by another candidate and has not yet expired", holder=current.holder_identity)
+            log.v(4).info("Lease is held by and has not yet expired", lock=self._desc(), holder=current.holder_identity)
             return False
         # 4. Take over (one more transition) or renew what we hold.
         if self.is_leader():
@@ -277,7 +277,7 @@ class LeaderElector:
         try:
             await self.lock.update(record)
         except (ApiError, TransportError) as err:
-            log.error(err, "Failed to update lock", lease=self._desc())
+            log.error(err, "Failed to update lease", lock=self._desc())
             return False
         self._set_observed(record, sent)
         return True
@@ -289,10 +289,10 @@ class LeaderElector:
         except AlreadyExists as err:
             if self._leading:  # deleted under us and created by another first: it leads now
                 return self._lose("lease taken by another candidate", "Lease created by another candidate, stopping")
-            log.error(err, "Error initially creating leader election record", lease=self._desc())
+            log.error(err, "Error initially creating lease lock", lock=self._desc())
             return False
         except (ApiError, TransportError) as err:
-            log.error(err, "Error initially creating leader election record", lease=self._desc())
+            log.error(err, "Error initially creating lease lock", lock=self._desc())
             return False
         self._set_observed(record, sent)
         return True
@@ -301,7 +301,7 @@ class LeaderElector:
         """Give the lease up now, for `reason`: the caller's round returns this False."""
         self.lost_reason = reason
         self._on_lost(reason)
-        log.error(None, message, lease=self._desc(), **kv)
+        log.error(None, message, lock=self._desc(), **kv)
         return False
 
     def _lease_writes_paused(self) -> bool:
@@ -310,25 +310,26 @@ class LeaderElector:
         if reason != self._refusal:
             self._refusal = reason
             if reason:
-                log.error(None, "Not renewing lease", lease=self._desc(), reason=reason)
+                log.error(None, "Not renewing lease", lock=self._desc(), reason=reason)
             else:
-                log.info("Renewing lease again", lease=self._desc())
+                log.info("Renewing lease again", lock=self._desc())
         return bool(reason)
 
     # -- loops ----------------------------------------------------------------------------------------
 
     async def acquire(self, stop: asyncio.Event) -> bool:
         """Try every retry period (jittered x1.2) until leader (True) or `stop` is set (False)."""
-        log.info("Attempting to acquire leader lease", lease=self._desc(), identity=self.identity)
+        # identity: pykcm's addition (client-go's line has the lock only), the one place it is said.
+        log.info("Attempting to acquire leader lease...", lock=self._desc(), identity=self.identity)
         while not stop.is_set():
             succeeded = await self.try_acquire_or_renew()
             self._report_transition()
             if succeeded:
                 self.lock.record_event("became leader")
                 metrics.leader_election_master_status.labels(self.name).set(1)
-                log.info("Successfully acquired lease", lease=self._desc(), identity=self.identity)
+                log.info("Successfully acquired lease", lock=self._desc(), identity=self.identity)
                 return True
-            log.v(4).info("Failed to acquire lease", lease=self._desc())
+            log.v(4).info("Failed to acquire lease", lock=self._desc())
             await _sleep_unless(stop, jitter(self.config.retry_period, LEADER_ELECTION_JITTER))
         return False
 
@@ -349,13 +350,12 @@ class LeaderElector:
                 self._report_transition()
                 if not renewed:
                     metrics.leader_election_master_status.labels(self.name).set(0)
-                    if not self.lost_reason:  # else _lose said it
-                        deadline = f"{self.config.renew_deadline:g}s"
-                        log.error(None, "Failed to renew lease", lease=self._desc(), deadline=deadline)
+                    if not self.lost_reason:  # else _lose said it; client-go's info line: the error is the manager's
+                        log.info("Failed to renew lease", lock=self._desc(), err="context deadline exceeded")
                     if self._event_on_loss:
                         self.lock.record_event("stopped leading")
                     return False
-                log.v(5).info("Successfully renewed lease", lease=self._desc())
+                log.v(5).info("Successfully renewed lease", lock=self._desc())
                 await _sleep_unless(stop, self.renew_interval)
             return True
         finally:
@@ -381,14 +381,14 @@ class LeaderElector:
         try:
             current = await self.lock.get()
         except NotFound:
-            log.info("lease lock not found", lease=self._desc())
+            log.info("lease lock not found", lock=self._desc())
             return False
         except (ApiError, TransportError) as err:
-            log.error(err, "error retrieving resource lock", lease=self._desc())
+            log.error(err, "error retrieving resource lock", lock=self._desc())
             return False
         if current.holder_identity != self.identity:  # taken over since: nothing of ours to hand back
             metrics.leader_election_master_status.labels(self.name).set(0)
-            log.info("Lease already held by another candidate, not released", lease=self._desc(),
+            log.info("Lease already held by another candidate, not released", lock=self._desc(),
                      holder=current.holder_identity)
             return True
         stamp = micro_time(self._wall_clock())
@@ -402,12 +402,12 @@ class LeaderElector:
         try:
             await self.lock.update(record)
         except (ApiError, TransportError) as err:
-            log.error(err, "Failed to release lease", lease=self._desc())
+            log.error(err, "Failed to release lease", lock=self._desc())
             return False
         self._set_observed(record)
         metrics.leader_election_master_status.labels(self.name).set(0)
         self.lock.record_event("stopped leading")
-        log.info("Released leader lease", lease=self._desc())
+        log.info("Released leader lease", lock=self._desc())
         return True
 
     # -- health ---------------------------------------------------------------------------------------
@@ -429,7 +429,7 @@ class LeaderElector:
         if holder != self._reported_leader:
             self._reported_leader = holder
             if holder and holder != self.identity:
-                log.info("New leader elected", lease=self._desc(), leader=holder)
+                log.info("New leader elected", lock=self._desc(), leader=holder)
 
     def _desc(self) -> str:
         return self.lock.describe()

@@ -92,7 +92,7 @@ class ThreadedElector:
         self._fenced = asyncio.Event()
         if (interval := renew_interval(config)) < config.retry_period:
             log.info("Renewing the lease more often than the retry period, within the write fence's window",
-                     lease=f"{namespace}/{name}", interval=f"{interval:g}s", retryPeriod=f"{config.retry_period:g}s",
+                     lock=f"{namespace}/{name}", interval=f"{interval:g}s", retryPeriod=f"{config.retry_period:g}s",
                      window=f"{fence_window(config):g}s")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="leader-election", daemon=True)
@@ -103,10 +103,9 @@ class ThreadedElector:
 
     async def _build(self, client_config: ClientConfig, namespace: str, name: str, component: str) -> LeaderElector:
         client = RestClient(client_config, USER_AGENT_SUFFIX)
-        lock = LeaseLock(
-            client, namespace, name, self.identity, EventRecorder(client, component),
-            request_timeout=self.config.request_timeout,
-        )
+        # Its Events logged at V(0), as KCM's broadcaster logs them (StartStructuredLogging(0)).
+        events = EventRecorder(client, component, log_verbosity=0)
+        lock = LeaseLock(client, namespace, name, self.identity, events, request_timeout=self.config.request_timeout)
         # The fence's state is one attribute, so shutting it from this thread needs no lock.
         return LeaderElector(lock, self.config, may_write=self._loop_stalled, event_on_loss=False,
                              on_lost=self._fence.shut, renew_interval=renew_interval(self.config))
@@ -184,7 +183,7 @@ class ThreadedElector:
         """Called by the fence on the main loop, for the first refused write and any after it."""
         self._fence.shut(reason)
         if not self._fenced.is_set():
-            log.error(None, "Refused a write: stepping down", lease=self.lock.describe(), write=request, reason=reason)
+            log.error(None, "Refused a write: stepping down", lock=self.lock.describe(), write=request, reason=reason)
             self._fenced.set()
 
     async def release(self) -> bool:

@@ -33,7 +33,7 @@ from pykcm.client.events import EventRecorder
 from pykcm.client.fence import WriteFence
 from pykcm.client.kubeconfig import in_cluster
 from pykcm.client.rest import RestClient
-from pykcm.controller import Controller, ControllerContext
+from pykcm.controller import Controller, ControllerContext, find_controllers
 from pykcm.informers.factory import SharedInformerFactory
 from pykcm.serving import zpages
 from pykcm.serving.authn import DelegatingAuthenticator
@@ -44,6 +44,7 @@ from pykcm.serving.healthz import HealthCheck
 from pykcm.serving.server import LISTED_PATHS, SecureServer
 from pykcm.serving.tlspolicy import tls_policy
 from pykcm.util import memory
+from pykcm.util.durations import go_duration
 from pykcm.util.errors import described_with_type
 from pykcm.util.hostport import redacted
 from pykcm.util.log import get_logger, one_line
@@ -60,6 +61,11 @@ APISERVER_HEALTH_TIMEOUT = 10.0  # KCM gives up building its controller context 
 # process. Work cut short is redone by the next leader.
 EVENTS_FLUSH_TIMEOUT = 2.0
 DELEGATED_AUTH_QPS, DELEGATED_AUTH_BURST = 200.0, 400  # KCM's TokenReview/SubjectAccessReview clients
+# The level of a controller's "Event occurred" lines: its KCM broadcaster's StartStructuredLogging, 3 for
+# every KCM controller that has one (replica_set.go); KCM's namespace and service account controllers have
+# none (they record no Events), so nothing for them.
+EVENT_LOG_VERBOSITY = 3
+NO_EVENT_LOG = frozenset({"namespace-controller", "serviceaccount-controller"})
 
 
 class ManagerError(Exception):
@@ -92,6 +98,7 @@ class Manager:
         self._service_accounts: ServiceAccountClientBuilder | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
+        log.info("Starting", version=f"v{__version__}")  # KCM's first line; its version's GitVersion form
         memory.tune()
         raise_open_files_limit()
         lag = asyncio.create_task(measure_event_loop_lag(on_tick=self.heartbeat.beat), name="event-loop lag")
@@ -265,7 +272,7 @@ class Manager:
             if cancelled:  # no time to release: a standby waits out the lease
                 renewing.cancel()
                 if not lost:
-                    log.info("Exiting now without releasing the leader lease", lease=elector.lock.describe())
+                    log.info("Exiting now without releasing the leader lease", lock=elector.lock.describe())
             still_leading = await _result_or_false(renewing)
             if still_leading and not (lost or cancelled):
                 await elector.release()
@@ -288,6 +295,10 @@ class Manager:
         return client
 
     async def _build_controllers(self) -> None:
+        enabled = {cls.name for cls in self.controller_classes}
+        for name in find_controllers().controllers:  # KCM's line for each it has but does not run
+            if name not in enabled:
+                log.info("Warning: controller is disabled", controller=name)
         for cls in self.controller_classes:
             # A plugin cannot add flags: a workers_option naming none of pykcm's would fail only as its workers start.
             if cls.workers_option is not None and not hasattr(self.options, cls.workers_option):
@@ -299,7 +310,7 @@ class Manager:
                 raise _cannot_build(cls, err) from None
             client = await self._controller_client(cls.client_name or cls.name, qps, burst)
             # Events are sourced from the controller's canonical name, e.g. "replicaset-controller".
-            events = EventRecorder(client, cls.name)
+            events = EventRecorder(client, cls.name, None if cls.name in NO_EVENT_LOG else EVENT_LOG_VERBOSITY)
             ctx = ControllerContext(client=client, informers=self.factory, options=self.options, events=events)
             with self.factory.recording() as informers:
                 try:
@@ -348,13 +359,20 @@ class Manager:
         waiting = [t for t, r in zip(tasks, self.runners, strict=True) if not r.started.is_set()]
         for task in waiting:
             task.cancel()
+        timed_out = False
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self._drain_timeout)
+            if timed_out := bool(pending) and self._drain_timeout > 0:  # as KCM's RunControllers gives up
+                running = sorted(c.name for t, c in zip(tasks, self.controllers, strict=True) if t in pending)
+                log.info("Controller shutdown timeout reached", timeout=go_duration(self._drain_timeout),
+                         runningControllers=running)
             for task, controller in zip(tasks, self.controllers, strict=True):
                 if task in pending:
                     self._cut_short(controller)
                     task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        if not timed_out:  # KCM returns without it past the timeout
+            log.info("All controllers terminated")
         # After a lost lease the fence refuses every write: nothing to flush.
         flush = min(EVENTS_FLUSH_TIMEOUT, self._drain_timeout)
         await asyncio.gather(*(c.events.close(timeout=flush) for c in self.controllers))
@@ -392,8 +410,8 @@ def _say_lost(elector: ThreadedElector, renewing: asyncio.Task[bool]) -> None:
     """The lost lease, preceded by the exception that ended the renewal if it crashed: a bug in
     pykcm, which would otherwise pass as a lost lease with no cause."""
     if not renewing.cancelled() and (err := renewing.exception()) is not None:
-        log.error(described_with_type(err), "Lease renewal crashed", lease=elector.lock.describe())
-    log.error(None, "leaderelection lost/stopped", lease=elector.lock.describe())
+        log.error(described_with_type(err), "Lease renewal crashed", lock=elector.lock.describe())
+    log.error(None, "leaderelection lost/stopped", lock=elector.lock.describe())  # lock: pykcm's addition
 
 
 def _say_tls_refresh_crashed(task: asyncio.Task[None]) -> None:

@@ -15,6 +15,7 @@ from pykcm.client.rest import JSON
 from pykcm.serving.authz import misplaced_star
 from pykcm.serving.tlspolicy import tls_policy
 from pykcm.util.durations import go_duration
+from pykcm.util.log import go_quote
 
 INT32_MAX = (1 << 31) - 1  # a Lease's leaseDurationSeconds
 
@@ -219,5 +220,5 @@ class Options:
             except ValueError as err:
                 raise OptionsError(f"{flag}: {err}") from None
         if (pattern := misplaced_star(self.authorization_always_allow_paths)) is not None:
-            raise OptionsError(f"only trailing * allowed in {featuregates.go_quote(pattern)}")  # path.go's words
+            raise OptionsError(f"only trailing * allowed in {go_quote(pattern)}")  # path.go's words
 

@@ -51,17 +51,21 @@ class ControllerRunner:
         return None
 
     async def run(self) -> None:
-        """Wait for the informers, then run workers until the queue is shut down."""
+        """The controller's start line, the wait for its informers, then its workers until the queue
+        is shut down."""
+        try:
+            await self.controller.run_when_ready(self._ready)
+        finally:
+            if self.started.is_set():
+                metrics.running_managed_controllers.labels(self.name, MANAGER_NAME).set(0)
+                forget_progress(self.controller)
+
+    async def _ready(self) -> None:
         await self._wait_for_caches()
         self.controller.last_progress = time.monotonic()  # progress is judged from when workers start
         self._stuck = watch_progress(self.controller)
         metrics.running_managed_controllers.labels(self.name, MANAGER_NAME).set(1)
         self.started.set()
-        try:
-            await self.controller.run()
-        finally:
-            metrics.running_managed_controllers.labels(self.name, MANAGER_NAME).set(0)
-            forget_progress(self.controller)
 
     async def _wait_for_caches(self) -> None:
         resources = [i.resource.name for i in self.informers]

@@ -9,8 +9,10 @@ one, tests/bench/bench_replicaset.py), while KCM drops what its queue cannot hol
 event becomes (a new Event, a count on an existing one, one combined Event for many similar
 ones, or nothing) is eventcorrelator.py's. A write that fails in transport is tried again after
 10 s, up to 12 times; one the API server refuses is not. Events dropped on a full queue are
-logged at most once a minute, with their number (client-go drops them at its sender's queue
-without a word).
+logged at most once a minute, with their number (client-go logs each one it drops at its full
+incoming queue, "Unable to record event: too many queued events, dropped event"; only what a full
+watcher's channel drops goes unsaid). Given a log level, each event taken is logged as "Event
+occurred" at it, as client-go's StartStructuredLogging does for the broadcaster's watcher.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pykcm.client.fence import FencedWrite
 from pykcm.client.resources import EVENTS
 from pykcm.client.rest import STRATEGIC_MERGE_PATCH, RestClient
 from pykcm.util import apitime
-from pykcm.util.log import get_logger
+from pykcm.util.log import ObjectRef, get_logger, kref
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -47,9 +49,12 @@ log = get_logger("events")
 
 
 class EventRecorder:
-    def __init__(self, client: RestClient, component: str) -> None:
+    def __init__(self, client: RestClient, component: str, log_verbosity: int | None = None) -> None:
         self.client = client
         self.component = component
+        # "Event occurred" for each event taken, at this level (None: not logged).
+        self.log_verbosity = log_verbosity
+        self._event_log = None if log_verbosity is None else log.v(log_verbosity)
         self.correlator = EventCorrelator()
         self._pending: asyncio.Queue[Event] = asyncio.Queue(MAX_PENDING)
         self._task: asyncio.Task | None = None
@@ -59,7 +64,7 @@ class EventRecorder:
     def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Queue an event about `obj` (a full object or one with kind/apiVersion/metadata)."""
         if type_ not in (NORMAL, WARNING):  # client-go's ValidateEventType: a plugin's mistake, not written
-            log.error(None, "Unsupported event type", type=type_, reason=reason)
+            log.error(None, "Unsupported event type", eventType=type_, reason=reason)  # reason: pykcm's addition
             return
         meta = obj["metadata"]
         involved = {
@@ -93,6 +98,10 @@ class EventRecorder:
                 log.error(None, "Dropping events, queue full", dropped=self._dropped, reason=reason,
                           **_about(involved))
                 self._dropped, self._drop_logged_at = 0, now
+            return
+        if self._event_log is not None:  # client-go's keys, in its order
+            self._event_log.info("Event occurred", object=_object_ref(involved), fieldPath="", kind=involved["kind"],
+                                 apiVersion=involved["apiVersion"], type=type_, reason=reason, message=message)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Flush queued events (bounded by `timeout`), then stop the sender."""
@@ -156,7 +165,12 @@ def _checked(answer: Any) -> Event:
     return answer
 
 
-def _about(involved: dict[str, Any]) -> dict[str, str]:
-    """The log keys naming an event's object: its kind and namespace/name (names repeat across namespaces)."""
-    namespace, name = involved.get("namespace"), involved.get("name", "")
-    return {"kind": involved.get("kind", ""), "object": f"{namespace}/{name}" if namespace else name}
+def _about(involved: dict[str, Any]) -> dict[str, Any]:
+    """The error lines' keys naming an event's object: its kind and namespace/name. client-go's lines
+    log the whole Event (`event=`) instead; these are pykcm's, shorter to read."""
+    return {"kind": involved.get("kind", ""), "object": _object_ref(involved)}
+
+
+def _object_ref(involved: dict[str, Any]) -> ObjectRef:
+    """namespace/name, or the name alone without a namespace, as klog.KRef."""
+    return kref(involved.get("namespace") or "", involved.get("name", ""))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -87,16 +88,16 @@ class LogLines:
     """The lines the runtime writes for a controller. The built-in ones declare KCM's, which
     operators grep and alert on; a plugin may declare its own."""
 
-    start: Line  # run() begins: the caches have synced
-    stop: Line  # run() ends
+    start: Line  # the controller starts, before it waits for its caches (KCM's order)
+    stop: Line  # it ends, however: drained, cancelled (its caches' wait too) or crashed
     failed: Line  # a sync raised (an error line, with err=); it is retried with backoff
     finished: Line  # at V(4), after every sync, with duration=
     workers: Line | None = None  # at V(5), as the workers start
 
 
 GENERIC_LOG_LINES = LogLines(
-    start=Line("Starting workers", controller=NAME, workers=WORKERS),
-    stop=Line("Shutting down workers", controller=NAME),
+    start=Line("Starting controller", controller=NAME, workers=WORKERS),
+    stop=Line("Shutting down controller", controller=NAME),
     failed=Line("Error syncing, requeuing", controller=NAME, key=KEY),
     finished=Line("Finished syncing", controller=NAME, key=KEY),
 )
@@ -163,19 +164,27 @@ class Controller(ABC):
     def worker_count(self) -> int:
         return int(getattr(self.options, self.workers_option)) if self.workers_option else self.workers
 
+    async def run_when_ready(self, ready: Callable[[], Awaitable[None]]) -> None:
+        """The controller's life as the runtime runs it, in KCM's order: its start line, `ready` (the
+        wait for its caches), `run`, then its stop line however that ends (drained, cancelled or
+        crashed: KCM's deferred line says so in each case)."""
+        lines = self.log_lines
+        self.log.info(lines.start.msg, **self._kv(lines.start))
+        try:
+            await ready()
+            await self.run()
+        finally:
+            self.log.info(lines.stop.msg, **self._kv(lines.stop))
+
     async def run(self) -> None:
         """Run workers until the queue is shut down: in-flight syncs go on, queued keys are left
         (the manager is stopping; the next leader lists everything again)."""
-        lines = self.log_lines
-        self.log.info(lines.start.msg, **self._kv(lines.start))
-        if lines.workers is not None:
-            self.log.v(5).info(lines.workers.msg, **self._kv(lines.workers))
-        try:
-            # Named: a SIGQUIT dump (pykcm/app/stackdump.py) lists tasks by name.
-            await asyncio.gather(*(asyncio.create_task(self._worker(), name=f"{self.name} worker {i}")
-                                   for i in range(self.worker_count())))
-        finally:  # drained, cancelled or crashed: KCM's deferred line says so in each case
-            self.log.info(lines.stop.msg, **self._kv(lines.stop))
+        workers = self.log_lines.workers
+        if workers is not None:
+            self.log.v(5).info(workers.msg, **self._kv(workers))
+        # Named: a SIGQUIT dump (pykcm/app/stackdump.py) lists tasks by name.
+        await asyncio.gather(*(asyncio.create_task(self._worker(), name=f"{self.name} worker {i}")
+                               for i in range(self.worker_count())))
 
     def _kv(self, line: Line, key: str = "") -> dict[str, Any]:
         return line.fill(key=key, name=self.name, workers=self.worker_count())
@@ -226,7 +235,8 @@ class Controller(ABC):
             metrics.controller_sync_duration_by(self.name, result).observe(elapsed)
             if self.log.v(4).enabled():
                 finished = self.log_lines.finished
-                self.log.v(4).info(finished.msg, **self._kv(finished, key), duration=go_duration(elapsed))
+                # One dict: a line that declares `duration` too gets the runtime's, klog's last duplicate.
+                self.log.v(4).info(finished.msg, **{**self._kv(finished, key), "duration": go_duration(elapsed)})
         if failure is not None:  # after "Finished syncing": KCM logs that in the sync, this in the worker
             self._failed(key, failure)
 

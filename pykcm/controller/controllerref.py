@@ -24,7 +24,7 @@ from pykcm.controller.podutil import filter_pods
 from pykcm.controller.selectors import Selector
 from pykcm.informers.store import Indexer, Obj
 from pykcm.util.errors import aggregate
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, kobj
 from pykcm.util.timeslice import TimeSlice
 
 POD_CONTROLLER_INDEX = "podController"
@@ -215,7 +215,7 @@ class PodControllerRefManager:
         meta = pod["metadata"]
         log.v(2).info(
             "Patching pod to remove its controllerRef",
-            pod=f"{meta.get('namespace')}/{meta['name']}",
+            pod=kobj(pod),
             controller=self.owner["metadata"]["name"],
         )
         patch = release_patch(meta["uid"], [self.owner["metadata"]["uid"]])

@@ -22,7 +22,7 @@ from pykcm.client.resources import PODS
 from pykcm.client.rest import RestClient
 from pykcm.controller.controllerref import validate_controller_ref
 from pykcm.informers.store import Obj
-from pykcm.util.log import get_logger
+from pykcm.util.log import get_logger, kobj, kref
 
 FAILED_CREATE, SUCCESSFUL_CREATE = "FailedCreate", "SuccessfulCreate"
 FAILED_DELETE, SUCCESSFUL_DELETE = "FailedDelete", "SuccessfulDelete"
@@ -84,17 +84,17 @@ class PodControl:
         self._wrote(created)
         name = created["metadata"]["name"]
         if log.v(4).enabled():
-            log.v(4).info("Controller created pod", controller=owner["metadata"]["name"], pod=f"{namespace}/{name}")
+            log.v(4).info("Controller created pod", controller=owner["metadata"]["name"], pod=kobj(created))
         self.events.record(owner, NORMAL, SUCCESSFUL_CREATE, f"Created pod: {name}")
         return created
 
     async def delete_pod(self, namespace: str, name: str, owner: Obj) -> None:
         if log.v(2).enabled():
-            log.v(2).info("Deleting pod", controller=owner["metadata"]["name"], pod=f"{namespace}/{name}")
+            log.v(2).info("Deleting pod", controller=owner["metadata"]["name"], pod=kref(namespace, name))
         try:
             await self.client.delete(PODS, name, namespace=namespace)
         except NotFound:
-            log.v(4).info("Pod has already been deleted", pod=f"{namespace}/{name}")
+            log.v(4).info("Pod has already been deleted.", pod=kref(namespace, name))
             raise
         except Exception as err:
             self.events.record(owner, WARNING, FAILED_DELETE, f"Error deleting: {err}")

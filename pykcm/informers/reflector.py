@@ -35,6 +35,7 @@ from pykcm.informers.delta_queue import DeltaQueue, DeltaType
 from pykcm.informers.store import object_key
 from pykcm.util import memory
 from pykcm.util.backoff import BackoffManager
+from pykcm.util.durations import go_duration
 from pykcm.util.log import get_logger, one_line
 
 PAGE_SIZE = 500
@@ -43,6 +44,7 @@ MIN_WATCH_DURATION = 1.0  # a watch that ends sooner with no events is treated a
 REPEAT_LOG_INTERVAL = 60.0  # the same failure again within this is logged at -v=4 only
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the bookmark annotation ending a streamed list
 STREAM_YIELD_EVERY = 500  # initial events handled between two hand-backs of the loop
+LONG_LIST = 10.0  # seconds: a list or stream taking longer is said, as client-go's trace (LogIfLong)
 
 log = get_logger("reflector")
 
@@ -97,6 +99,7 @@ class Reflector:
         self.watch_decoder: WatchDecoder | None = None
         # Objects streamed so far while a watch sends its initial events; None when not streaming.
         self._initial: dict[str, dict[str, Any]] | None = None
+        self._stream_started = 0.0  # when the watch streaming them was opened
 
     async def run(self) -> None:
         while True:
@@ -105,7 +108,7 @@ class Reflector:
             except asyncio.CancelledError:
                 raise
             except Gone as err:
-                log.info("Watch expired, will relist", resource=self.label, reason=err.message)
+                log.v(4).info("Watch closed", resource=self.label, err=one_line(err))
             except UndecodableEvent as err:
                 # One object the protobuf decoder cannot read must not freeze the cache for every
                 # other: JSON reads any object the apiserver serves.
@@ -113,9 +116,9 @@ class Reflector:
                 self.last_error = one_line(err)
                 log.error(err, "Reading the watch as JSON from now on, will relist", resource=self.label,
                           object=err.key)
-            except Exception as err:
+            except Exception as err:  # client-go's watchErrorHandler: utilruntime.HandleError
                 self.last_error = one_line(err)
-                self._report("Failed to list or watch, will relist", self.last_error)
+                self._report("Failed to watch", self.last_error)
             self._drop_initial()
             await asyncio.sleep(self._backoff.next())
 
@@ -135,11 +138,16 @@ class Reflector:
                 continue
             except (TransportError, TooManyRequests) as err:
                 # Unreachable or shedding load: back off and resume the watch, no relist needed.
-                streaming = self._drop_initial()
-                self._report("Watch failed, will retry", one_line(err))
+                # client-go's lines (a TransportError is its refused connection).
+                if streaming := self._drop_initial():
+                    log.v(2).info("watch-list failed - backing off", resource=self.label, err=one_line(err))
+                elif isinstance(err, TooManyRequests):
+                    log.v(2).info("Watch returned 429 - backing off", resource=self.label, err=one_line(err))
+                else:
+                    log.v(4).info("Watch failed - backing off", resource=self.label, err=one_line(err))
             except VeryShortWatch as err:
                 self._drop_initial()
-                self._report("Watch ended with error, will relist", one_line(err))
+                self._report("Warning: watch ended with error", one_line(err), warning=True)
                 return
             except ApiError as err:
                 if not self._drop_initial() or isinstance(err, Gone):
@@ -157,16 +165,21 @@ class Reflector:
         streaming, self._initial = self._initial is not None, None
         return streaming
 
-    def _report(self, message: str, error: str) -> None:
-        """Log a failure; the same one again within a minute only at -v=4 (the backoff retries it
-        every few seconds, and a forbidden LIST fails the same way until RBAC changes)."""
+    def _report(self, message: str, error: str, warning: bool = False) -> None:
+        """Log a failure: an error line from the logger utilruntime.HandleError writes with, or (a
+        `warning`) client-go's info line; the same one again within a minute only at -v=4 (the
+        backoff retries it every few seconds, and a forbidden LIST fails the same way until RBAC changes)."""
         now = time.monotonic()
         last_message, last_error, when = self._logged
+        kv = {"resource": self.label} if warning else {"resource": self.label, "logger": "UnhandledError"}
         if (message, error) == (last_message, last_error) and now - when < REPEAT_LOG_INTERVAL:
-            log.v(4).info(message, resource=self.label, err=error)
+            log.v(4).info(message, **kv, err=error)
             return
         self._logged = (message, error, now)
-        log.error(error, message, resource=self.label)
+        if warning:
+            log.info(message, **kv, err=error)
+        else:
+            log.error(error, message, **kv)
 
     # -- list -----------------------------------------------------------------------------------------
 
@@ -174,16 +187,21 @@ class Reflector:
         # A consistent list (no resourceVersion), not client-go's "0": at "0" the apiserver answers
         # from its watch cache in one piece and ignores `limit`; a consistent list is paginated, is
         # served from the watch cache too since 1.31, and cannot fail with 410 for an old version.
+        started = time.monotonic()
         items, list_rv = await self._paged_list(self.resource.path())
-        self._replace(items, list_rv, "Listed")
+        self._replace(items, list_rv, "Reflector ListAndWatch", started)
 
-    def _replace(self, items: list[dict[str, Any]], rv: str, how: str) -> None:
-        """The state as of `rv` replaces the cache."""
+    def _replace(self, items: list[dict[str, Any]], rv: str, trace: str, started: float) -> None:
+        """The state as of `rv`, got since `started`, replaces the cache."""
+        took = time.monotonic() - started
+        if took >= LONG_LIST:
+            # client-go's trace, written only from -v=2 (utils/trace's Log) and on several lines: here one.
+            log.v(2).info(trace, resource=self.label, items=len(items), duration=go_duration(took))
         metrics.informer_relists.labels(self.label).inc()
         self.deltas.push(DeltaType.REPLACED, items, rv)
         self._set_resource_version(rv)
         self.last_error = None
-        log.v(2).info(how, resource=self.label, items=len(items), resourceVersion=rv)
+        log.v(2).info("Caches populated", resource=self.label, items=len(items), resourceVersion=rv)
 
     async def _paged_list(self, path: str) -> tuple[list[dict], str]:
         """Every object, transformed page by page as it arrives: only one page is ever held in
@@ -236,7 +254,7 @@ class Reflector:
             # The newest state, served from the watch cache (a consistent read, as the LIST's).
             params.update(resourceVersion="", sendInitialEvents="true", resourceVersionMatch="NotOlderThan")
         self._initial = {} if send_initial_events else None
-        started = time.monotonic()
+        started = self._stream_started = time.monotonic()
         events = 0
         # Closed here on any way out (an ERROR event, a failed transform), not when the generator is collected.
         async with contextlib.aclosing(
@@ -291,7 +309,7 @@ class Reflector:
         if kind == "BOOKMARK":
             if (metadata.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
                 items, self._initial = list(self._initial.values()), None
-                self._replace(items, rv, "Streamed the initial state")
+                self._replace(items, rv, "Reflector WatchList", self._stream_started)
             return
         if kind == "DELETED":
             self._initial.pop(object_key(obj), None)

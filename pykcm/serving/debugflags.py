@@ -53,7 +53,7 @@ async def serve(request: Request) -> Response:
     except ValueError as err:
         return _plain(400, str(err))
     set_verbosity(verbosity)
-    log.info("Log verbosity changed", v=verbosity)
+    log.info("Log verbosity changed", verbosity=verbosity)  # not `v`: the JSON line's own "v" is its level
     return _plain(200, f"successfully set klog.logging.verbosity to {value}")
 
 

@@ -101,7 +101,8 @@ class SecureServer:
         except OSError as err:
             raise ServingError(listen_failure(self.host, self.port, err)) from None
         self._http = http
-        log.info("Serving securely", address=join_host_port(*http.sockname))  # the listener's, as KCM: [::]:10257
+        # KCM's printf-style line, with the listener's address (as KCM's: [::]:10257).
+        log.info(f"Serving securely on {join_host_port(*http.sockname)}")
 
     async def stop(self) -> None:
         if self._http is not None:

@@ -46,7 +46,7 @@ MAX_ACQUIRE_WAIT = RETRY_PERIOD * 2.2  # one jittered retry period
 SLACK = 4.0  # a loaded 2-core CI machine
 CONTROLLERS = "replicaset,serviceaccount"
 KCM_LEASE = "kube-controller-manager"  # KCM's RBAC role may update only the Lease of this name
-IDENTITY = re.compile(r'"Attempting to acquire leader lease" .*identity="([^"]+)"')
+IDENTITY = re.compile(r'"Attempting to acquire leader lease\.\.\." .*identity="([^"]+)"')
 
 
 class Candidate:
@@ -63,7 +63,7 @@ class Candidate:
         )
 
     async def identity(self) -> str:
-        await self.proc.wait_for_log("Attempting to acquire leader lease", timeout=60)
+        await self.proc.wait_for_log("Attempting to acquire leader lease...", timeout=60)
         match = IDENTITY.search(self.proc.log())
         assert match, self.proc.log()[-2000:]
         return match.group(1)

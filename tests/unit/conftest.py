@@ -25,11 +25,15 @@ def verbosity(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _pykcm_logging_restored() -> Iterator[None]:
     """A test that runs `cli.main` in-process lets it set up logging (a stderr handler, propagation
-    off) process-wide: put the "pykcm" logger back, so later tests' caplog sees its records."""
-    logger = logging.getLogger("pykcm")
+    off, a root handler for other loggers, Python's warnings captured) process-wide: put it all
+    back, so later tests' caplog sees their records."""
+    logger, root = logging.getLogger("pykcm"), logging.getLogger()
     saved = logger.handlers[:], logger.propagate, logger.level
+    saved_root = root.handlers[:]
     yield
     logger.handlers[:], logger.propagate, logger.level = saved
+    root.handlers[:] = saved_root
+    logging.captureWarnings(False)
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,14 @@ import pytest
 
 from pykcm.app.options import Options
 from pykcm.client.errors import ServiceUnavailable
-from pykcm.controller import Controller, ControllerContext
+from pykcm.controller import KEY, Controller, ControllerContext, Line, LogLines
+from pykcm.controller.podcontrol import PodControl
 from pykcm.controllers.namespace.controller import NamespaceController
 from pykcm.controllers.replicaset.controller import ReplicaSetController
 from pykcm.controllers.serviceaccount import ServiceAccountController
 from pykcm.informers.factory import SharedInformerFactory
-from pykcm.util.log import JsonFormatter, KlogFormatter
+from pykcm.util.log import JsonFormatter, KlogFormatter, kref
+from tests.unit.replicaset_harness import FakeApi, FakeEvents
 
 FAILURE = ServiceUnavailable(503, "ServiceUnavailable", "etcd is down")
 
@@ -44,6 +46,10 @@ async def failed_sync(controller: Controller, key: str, caplog: pytest.LogCaptur
     with caplog.at_level(logging.INFO, logger="pykcm"):
         await controller._process(key)
     return [r for r in caplog.records if r.name == f"pykcm.{controller.queue_label()}"]
+
+
+async def caches_synced() -> None:
+    pass
 
 
 def line(record: logging.LogRecord) -> tuple[str, dict[str, Any]]:
@@ -89,15 +95,16 @@ async def test_below_v4_a_failed_sync_logs_only_the_failure(caplog: pytest.LogCa
      ("Shutting down service account controller", {})),
     (ReplicaSetController, ("Starting controller", {"name": "replicaset"}),
      ("Shutting down controller", {"name": "replicaset"})),
-    (Plugin, ("Starting workers", {"controller": "greeter-controller", "workers": 1}),
-     ("Shutting down workers", {"controller": "greeter-controller"})),
+    # Before the wait for caches, as KCM's: "Starting workers" would say what has not happened yet.
+    (Plugin, ("Starting controller", {"controller": "greeter-controller", "workers": 1}),
+     ("Shutting down controller", {"controller": "greeter-controller"})),
 ])
 async def test_run_logs_kcms_start_and_stop_lines(
     cls: type[Controller], start: tuple, stop: tuple, caplog: pytest.LogCaptureFixture
 ) -> None:
     controller = build(cls)
     with caplog.at_level(logging.INFO, logger="pykcm"):
-        runner = asyncio.create_task(controller.run())
+        runner = asyncio.create_task(controller.run_when_ready(caches_synced))
         await asyncio.sleep(0.01)
         controller.queue.shutdown()
         await asyncio.wait_for(runner, 1)
@@ -115,7 +122,7 @@ async def test_the_namespace_controller_says_it_starts_its_workers_at_v5(
 
     controller.deleter.init_op_cache = no_discovery  # type: ignore[method-assign]
     with caplog.at_level(logging.INFO, logger="pykcm"):
-        runner = asyncio.create_task(controller.run())
+        runner = asyncio.create_task(controller.run_when_ready(caches_synced))
         await asyncio.sleep(0.01)
         runner.cancel()  # a stop cut short still says so, as KCM's deferred line does
         with pytest.raises(asyncio.CancelledError):
@@ -133,3 +140,50 @@ async def test_the_failure_line_reads_as_kcms_in_text_and_json(caplog: pytest.Lo
     entry = json.loads(JsonFormatter().format(record))
     assert {k: entry[k] for k in ("logger", "msg", "namespace", "err")} == {
         "logger": "UnhandledError", "msg": "Deletion of namespace failed", "namespace": "gone", "err": "etcd is down"}
+
+
+class Timed(Plugin):
+    # A plugin's own `duration` on its finished line: the runtime's comes last and wins, as klog's
+    # last duplicate (a TypeError here ended the worker once -v reached 4).
+    log_lines = LogLines(
+        start=Line("Starting timed"), stop=Line("Shutting down timed"),
+        failed=Line("Timed sync failed", key=KEY), finished=Line("Finished syncing", key=KEY, duration="declared"),
+    )
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+async def test_a_plugins_finished_line_may_name_the_runtimes_keys(
+    verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller = build(Timed)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await controller._process("ns/x")
+    [record] = caplog.records
+    assert record.getMessage() == "Finished syncing" and record.kv["key"] == "ns/x"  # type: ignore[attr-defined]
+    assert record.kv["duration"] != "declared" and record.kv["duration"].endswith("s")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+async def test_pod_control_names_pods_as_klog_object_references(
+    verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # controller_utils.go: "pod", klog.KObj(newPod) / klog.KRef(namespace, podID): {"name","namespace"} in JSON.
+    api = FakeApi()
+    control = PodControl(api, FakeEvents())  # type: ignore[arg-type]
+    owner = {"metadata": {"name": "web", "namespace": "ns", "uid": "u1"}}
+    ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u1", "controller": True,
+           "blockOwnerDeletion": True}
+    template = {"metadata": {"labels": {"app": "web"}}, "spec": {}}
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        pod = await control.create_pod("ns", template, owner, ref)
+        await control.delete_pod("ns", pod["metadata"]["name"], owner)
+        with pytest.raises(Exception, match="not found"):
+            await control.delete_pod("ns", "gone", owner)
+    name = pod["metadata"]["name"]
+    assert [line(r) for r in caplog.records] == [
+        ("Controller created pod", {"controller": "web", "pod": kref("ns", name)}),
+        ("Deleting pod", {"controller": "web", "pod": kref("ns", name)}),
+        ("Deleting pod", {"controller": "web", "pod": kref("ns", "gone")}),
+        ("Pod has already been deleted.", {"pod": kref("ns", "gone")}),
+    ]
+    assert json.loads(JsonFormatter().format(caplog.records[0]))["pod"] == {"name": name, "namespace": "ns"}

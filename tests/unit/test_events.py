@@ -19,6 +19,7 @@ from pykcm.client.events import EventRecorder
 from pykcm.client.fence import FencedWrite
 from pykcm.client.resources import Resource
 from pykcm.util import apitime
+from pykcm.util.log import kref
 
 
 class FakeApi:
@@ -244,7 +245,7 @@ async def test_a_transport_failure_is_retried_and_a_refusal_is_not(monkeypatch: 
     await record_all(recorder, created(pod(3), 0), created(pod(4), 0))
     assert [e["involvedObject"]["name"] for e in api.created] == ["p0", "p2", "p4"]  # p3 given up after 12
     [given_up] = [r for r in caplog.records if r.getMessage() == "Unable to write event (retry limit exceeded!)"]
-    assert given_up.kv["object"] == "ns/p3" and given_up.kv["kind"] == "Pod"  # type: ignore[attr-defined]
+    assert given_up.kv["object"] == kref("ns", "p3") and given_up.kv["kind"] == "Pod"  # type: ignore[attr-defined]
 
 
 async def test_a_write_the_fence_refuses_is_dropped_without_retries(caplog: pytest.LogCaptureFixture) -> None:
@@ -338,3 +339,56 @@ async def test_stamps_are_truncated_to_the_second_as_go_formats_them(monkeypatch
 def test_now_is_truncated_to_the_second(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(apitime.time, "time_ns", lambda: 1_795_763_157_999_999_900)
     assert apitime.now() == "2026-11-27T07:05:57Z"
+
+
+# -- "Event occurred": the broadcaster's structured logging (client-go's StartStructuredLogging) ------
+
+
+EVENT_OCCURRED_KEYS = ["object", "fieldPath", "kind", "apiVersion", "type", "reason", "message"]
+
+
+@pytest.mark.parametrize("verbosity", [3], indirect=True)
+async def test_a_recorder_logging_at_3_says_each_event_it_takes_with_client_gos_keys(
+    verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = EventRecorder(FakeApi(), "c", log_verbosity=3)  # type: ignore[arg-type]
+    node = {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "n1"}}
+    with caplog.at_level(logging.INFO, logger="pykcm.events"):
+        await record_all(recorder, created(pod(0), 0), (node, events.WARNING, "Odd", "m"), (pod(1), "Info", "x", "y"))
+    said = [r for r in caplog.records if r.getMessage() == "Event occurred"]
+    assert [list(r.kv) for r in said] == [EVENT_OCCURRED_KEYS] * 2  # type: ignore[attr-defined]
+    assert said[0].kv == {  # type: ignore[attr-defined]
+        "object": kref("ns", "p0"), "fieldPath": "", "kind": "Pod", "apiVersion": "v1", "type": "Normal",
+        "reason": "SuccessfulCreate", "message": "Created pod: web-0",
+    }
+    assert str(said[1].kv["object"]) == "n1" and said[1].v == 3  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("verbosity", [2], indirect=True)
+async def test_a_recorder_logging_at_3_says_nothing_at_v2(verbosity: None, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="pykcm.events"):
+        await record_all(EventRecorder(FakeApi(), "c", log_verbosity=3), created(pod(0), 0))  # type: ignore[arg-type]
+    assert not [r for r in caplog.records if r.getMessage() == "Event occurred"]
+
+
+@pytest.mark.parametrize("verbosity", [9], indirect=True)
+async def test_a_recorder_without_a_log_level_logs_no_event(verbosity: None, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="pykcm.events"):
+        await record_all(recorder_with(FakeApi()), created(pod(0), 0))
+    assert not [r for r in caplog.records if r.getMessage() == "Event occurred"]
+
+
+async def test_an_event_dropped_on_a_full_queue_is_not_said_to_have_occurred(caplog: pytest.LogCaptureFixture) -> None:
+    recorder = EventRecorder(FakeApi(latency=1.0), "c", log_verbosity=0)  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="pykcm.events"):
+        for i in range(events.MAX_PENDING + 5):
+            recorder.record(*created(pod(i), i))
+    await recorder.close(timeout=0.1)
+    assert len([r for r in caplog.records if r.getMessage() == "Event occurred"]) == events.MAX_PENDING
+
+
+async def test_an_unsupported_event_type_is_said_with_client_gos_key(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="pykcm.events"):
+        await record_all(recorder_with(FakeApi()), (pod(0), "Info", "Synced", "hello"))
+    [line] = [r for r in caplog.records if r.getMessage() == "Unsupported event type"]
+    assert line.kv["eventType"] == "Info" and "type" not in line.kv  # type: ignore[attr-defined]

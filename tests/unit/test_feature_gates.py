@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY, generate_latest
 
 from pykcm.app import cli, featuregates, kcmflags
 from pykcm.app.options import Options, OptionsError
+from pykcm.util.log import go_quote
 
 
 class RecordingLog:
@@ -182,4 +183,4 @@ def test_flagz_and_help() -> None:
      ("\\", '"\\\\"'), ("\udcff", '"\\xff"')],
 )
 def test_go_quote_is_strconv_quote(text: str, quoted: str) -> None:
-    assert featuregates.go_quote(text) == quoted
+    assert go_quote(text) == quoted

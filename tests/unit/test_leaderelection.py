@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
+import logging
 import re
 import uuid
 from typing import Any
@@ -325,7 +326,7 @@ async def test_acquire_returns_false_when_stopped_as_standby() -> None:
     assert await asyncio.wait_for(task, 2) is False
 
 
-async def test_renew_gives_up_after_the_deadline_when_the_apiserver_is_gone() -> None:
+async def test_renew_gives_up_after_the_deadline_when_the_apiserver_is_gone(caplog: pytest.LogCaptureFixture) -> None:
     api, events = FakeLeaseApi(), FakeEvents()
     name = unique()
     fast = LeaderElectionConfig(lease_duration=0.6, renew_deadline=0.4, retry_period=0.1)
@@ -338,9 +339,14 @@ async def test_renew_gives_up_after_the_deadline_when_the_apiserver_is_gone() ->
     assert not renewing.done()
     api.down = True
 
-    assert await asyncio.wait_for(renewing, 2) is False
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        assert await asyncio.wait_for(renewing, 2) is False
     assert metric("leader_election_master_status", name) == 0
     assert events.recorded[-1] == ("Lease", "LeaderElection", "host_a stopped leading")
+    # client-go's info line; the error line is the manager's "leaderelection lost/stopped", as KCM's.
+    [failed] = [r for r in caplog.records if r.getMessage() == "Failed to renew lease"]
+    assert failed.levelno == logging.INFO
+    assert failed.kv == {"lock": f"kube-system/{name}", "err": "context deadline exceeded"}  # type: ignore[attr-defined]
 
 
 async def test_renew_returns_true_when_stopped() -> None:
@@ -368,6 +374,70 @@ async def test_health_check_fails_only_for_a_leader_past_lease_duration_plus_20s
     clock.step(0.2)
     assert a.check() is not None
     assert b.check() is None  # a standby is never unhealthy for election reasons
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, dict[str, Any]]]:
+    """The elector's lines: level, message, key/values."""
+    return [(r.levelname, r.getMessage(), r.kv) for r in caplog.records  # type: ignore[attr-defined]
+            if r.name == "pykcm.leaderelection"]
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+async def test_acquiring_and_standing_by_say_client_gos_lines_with_the_lock_key(
+    verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    api, clock = FakeLeaseApi(), FakeClock()
+    name = unique()
+    lock = f"kube-system/{name}"
+    a, b = candidate(api, clock, "host_a", name), candidate(api, clock, "host_b", name)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        assert await a.acquire(asyncio.Event())
+        assert not await b.try_acquire_or_renew()
+    assert said(caplog) == [
+        ("INFO", "Attempting to acquire leader lease...", {"lock": lock, "identity": "host_a"}),
+        ("INFO", "Successfully acquired lease", {"lock": lock, "identity": "host_a"}),
+        ("INFO", "Lease is held by and has not yet expired", {"lock": lock, "holder": "host_a"}),
+    ]
+
+
+@pytest.mark.parametrize("verbosity", [2], indirect=True)
+async def test_failed_writes_say_client_gos_lines_with_the_lock_key(
+    verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    api, clock = FakeLeaseApi(), FakeClock()
+    name = unique()
+    lock, path = f"kube-system/{name}", f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}"
+    old, b, c = (candidate(api, clock, f"host_{x}", name) for x in "abc")
+    assert await old.try_acquire_or_renew()
+    assert not await b.try_acquire_or_renew() and not await c.try_acquire_or_renew()
+    clock.step(16)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await asyncio.gather(b.try_acquire_or_renew(), c.try_acquire_or_renew())  # one loses on a Conflict
+        winner = b if b.is_leader() else c
+        api._store(path, api.objects[path])  # a new resourceVersion: the winner's fast path conflicts
+        assert await winner.try_acquire_or_renew()
+    assert [(level, msg, list(kv)) for level, msg, kv in said(caplog)] == [
+        ("ERROR", "Failed to update lease", ["lock", "err"]),
+        ("INFO", "Failed to update lease optimistically, falling back to slow path", ["lock", "err"]),
+    ]
+    assert all(kv["lock"] == lock for _, _, kv in said(caplog))
+
+
+async def test_a_failed_create_says_client_gos_line(caplog: pytest.LogCaptureFixture) -> None:
+    api, clock = FakeLeaseApi(), FakeClock()
+    a = candidate(api, clock, "host_a", name := unique())
+    answer = api.request
+
+    async def refusing_creates(method: str, path: str, **kwargs: Any) -> Any:
+        if method == "POST":
+            raise TransportError("POST: connection refused")
+        return await answer(method, path, **kwargs)
+
+    api.request = refusing_creates  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        assert not await a.try_acquire_or_renew()
+    assert said(caplog) == [("ERROR", "Error initially creating lease lock",
+                             {"lock": f"kube-system/{name}", "err": "POST: connection refused"})]
 
 
 @pytest.mark.parametrize(

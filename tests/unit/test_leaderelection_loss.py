@@ -25,6 +25,7 @@ from pykcm.app.options import LEADER_ELECTION_JITTER
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import NotFound
 from pykcm.client.fence import WriteFence
+from pykcm.util.log import kref
 from tests.unit.test_leaderelection import DEFAULTS, FakeLeaseApi, unique
 
 FAST = LeaderElectionConfig(lease_duration=1.5, renew_deadline=1.0, retry_period=0.1)
@@ -121,6 +122,14 @@ async def test_a_holder_cleared_by_hand_is_taken_back_as_before() -> None:
 
 
 class ThreadLeaseApi(FakeLeaseApi):
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[dict] = []  # the LeaderElection Events written
+
+    async def create(self, _resource: object, body: dict, namespace: str | None = None) -> dict:
+        self.events.append(body)
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+
     async def close(self) -> None:
         pass
 
@@ -130,8 +139,30 @@ def threaded(monkeypatch: pytest.MonkeyPatch) -> Iterator[ThreadLeaseApi]:
     """The lease thread's RestClient is this fake; no LeaderElection Events."""
     api = ThreadLeaseApi()
     monkeypatch.setattr(leasethread, "RestClient", lambda _config, _suffix: api)
-    monkeypatch.setattr(leasethread, "EventRecorder", lambda _client, _component: None)
+    monkeypatch.setattr(leasethread, "EventRecorder", lambda _client, _component, **_kwargs: None)
     yield api
+
+
+async def test_the_leader_election_events_are_logged_at_v0_as_kcms(
+    threaded: ThreadLeaseApi, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """KCM's broadcaster logs them (StartStructuredLogging(0)): grepping "became leader" finds it."""
+    monkeypatch.undo()  # the real recorder, writing to the fake
+    monkeypatch.setattr(leasethread, "RestClient", lambda _config, _suffix: threaded)
+    name = unique()
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        elector = threaded_elector(name, FAST, WriteFence())
+        try:
+            assert await elector.acquire(asyncio.Event())
+        finally:
+            await elector.close()
+    [occurred] = [r for r in caplog.records if r.getMessage() == "Event occurred"]
+    assert occurred.v == 0  # type: ignore[attr-defined]
+    assert occurred.kv == {  # type: ignore[attr-defined]
+        "object": kref("kube-system", name), "fieldPath": "", "kind": "Lease", "apiVersion": "coordination.k8s.io/v1",
+        "type": "Normal", "reason": "LeaderElection", "message": "host_a became leader",
+    }
+    assert [e["message"] for e in threaded.events] == ["host_a became leader"]
 
 
 def threaded_elector(name: str, config: LeaderElectionConfig, fence: WriteFence) -> ThreadedElector:

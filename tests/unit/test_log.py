@@ -4,40 +4,45 @@ import json
 import logging
 import re
 import time
+import warnings
 
 import pytest
 
 from pykcm.app import cli
+from pykcm.serving import debugflags
+from pykcm.serving.messages import Headers, Query, Request
 from pykcm.util import log
 
 
 @pytest.fixture
 def restored_logging():
-    root = logging.getLogger("pykcm")
-    saved = root.handlers[:], root.propagate, root.level
+    """setup() is process-wide: put back the "pykcm" and root loggers (other tests rely on
+    propagation to pytest's caplog) and Python's warnings."""
+    loggers = [logging.getLogger("pykcm"), logging.getLogger()]
+    saved = [(logger.handlers[:], logger.propagate, logger.level) for logger in loggers]
+    logging.captureWarnings(False)  # a cli.main test before may have left it on
     yield
-    # setup() is process-wide; other tests rely on propagation to pytest's caplog
-    root.handlers[:], root.propagate, root.level = saved
+    for logger, (handlers, propagate, level) in zip(loggers, saved, strict=True):
+        logger.handlers[:], logger.propagate, logger.level = handlers, propagate, level
+    logging.captureWarnings(False)
     log.set_verbosity(0)
 
 
 def emit(capsys, fmt: str, verbosity: int = 0) -> list[str]:
-    root = logging.getLogger("pykcm")
-    saved = root.handlers[:], root.propagate, root.level
     log.setup(verbosity, fmt)
-    try:
-        logger = log.get_logger("replicaset")
-        logger.info("Too few replicas", replicaSet="ns/web", need=3)
-        logger.v(4).info("Finished syncing", replicaSet="ns/web")
-        logger.error(ValueError("quota\nexceeded"), "Error syncing", replicaSet="ns/web")
-        logger.warning("Ignoring flags", flags=["--cert-dir"])
-    finally:  # setup() is process-wide; other tests rely on propagation to pytest's caplog
-        root.handlers[:], root.propagate, root.level = saved
-        log.set_verbosity(0)
+    logger = log.get_logger("replicaset")
+    logger.info("Too few replicas", replicaSet="ns/web", need=3)
+    logger.v(4).info("Finished syncing", replicaSet="ns/web")
+    logger.error(ValueError("quota\nexceeded"), "Error syncing", replicaSet="ns/web")
+    logger.warning("Ignoring flags", flags=["--cert-dir"])
     return capsys.readouterr().err.strip().splitlines()
 
 
-def test_text_lines_look_like_klog(capsys):
+def json_lines(capsys) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().err.strip().splitlines()]
+
+
+def test_text_lines_look_like_klog(capsys, restored_logging):
     lines = emit(capsys, "text")
     assert len(lines) == 3  # the V(4) line is filtered at -v 0
     assert re.fullmatch(
@@ -47,7 +52,7 @@ def test_text_lines_look_like_klog(capsys):
     assert lines[1].startswith("E") and lines[1].endswith('"Error syncing" err="quota exceeded" replicaSet="ns/web"')
 
 
-def test_json_lines_carry_key_values_and_verbosity(capsys):
+def test_json_lines_carry_key_values_and_verbosity(capsys, restored_logging):
     lines = [json.loads(line) for line in emit(capsys, "json", verbosity=4)]
     messages = ["Too few replicas", "Finished syncing", "Error syncing", "Ignoring flags"]
     assert [entry["msg"] for entry in lines] == messages
@@ -87,3 +92,94 @@ def test_the_last_error_is_plain_before_logging_is_set_up_and_in_text(capsys, re
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"pykcm: error: kubeconfig '{missing}' does not exist"
     assert cli.main(["run", "--logging-format", "json", "--secure-port", "70000"]) == 2  # a flag: before logging
     assert capsys.readouterr().err.strip().startswith("pykcm: error: --secure-port 70000")
+
+
+def test_a_key_named_like_a_logger_parameter_is_a_key_value(caplog):
+    # logr takes key/values as a list: a plugin's line with `msg=` or `err=` is no TypeError.
+    logger = log.get_logger("demo")
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        logger.info("Synced", msg="m")
+        logger.warning("Odd", msg="m")
+        logger.error(None, "Failed", msg="m", err="e")
+        logger.error("boom", "Failed", err="e")  # the error given wins, as the last of klog's duplicates
+    assert [(r.getMessage(), r.kv) for r in caplog.records] == [  # type: ignore[attr-defined]
+        ("Synced", {"msg": "m"}), ("Odd", {"msg": "m"}), ("Failed", {"msg": "m", "err": "e"}),
+        ("Failed", {"err": "boom"})]
+
+
+def test_json_key_values_do_not_replace_the_entrys_own_fields(capsys, restored_logging):
+    log.setup(0, "json")
+    logger = log.get_logger("demo")
+    logger.info("Synced", ts=1, caller="x", msg="m", v=7, level="error", key="ns/a")
+    logger.error(None, "Failed", v=7, level="info", logger="UnhandledError")
+    synced, failed = json_lines(capsys)
+    assert (synced["msg"], synced["v"], synced["key"]) == ("Synced", 0, "ns/a")
+    assert synced["ts"] != 1 and synced["caller"].startswith("unit/test_log.py:") and "level" not in synced
+    # "logger" stays the key/values' to name: utilruntime's lines come from the logger "UnhandledError".
+    assert (failed["msg"], failed["level"], failed["logger"]) == ("Failed", "error", "UnhandledError")
+    assert "v" not in failed
+
+
+async def test_the_verbosity_change_is_a_v0_line_naming_the_new_verbosity(capsys, restored_logging):
+    log.setup(0, "json")
+    put = Request("PUT", debugflags.VERBOSITY_PATH, Query(), Headers(), "HTTP/1.1", None, body=b"4")
+    assert (await debugflags.serve(put)).status == 200
+    [entry] = json_lines(capsys)
+    assert (entry["msg"], entry["v"], entry["verbosity"]) == ("Log verbosity changed", 0, 4)
+
+
+def test_an_object_reference_is_ns_name_in_text_and_an_object_in_json(capsys, restored_logging):
+    # klog.KObj/KRef: a string in klog's text, {"name","namespace"} through zapr (namespace omitted when empty).
+    rs = {"metadata": {"namespace": "ns", "name": "web"}}
+    for fmt in ("text", "json"):
+        log.setup(0, fmt)
+        log.get_logger("replicaset").info("Too few replicas", replicaSet=log.kobj(rs), node=log.kref("", "n1"))
+    text, entry = capsys.readouterr().err.strip().splitlines()
+    assert text.endswith('] "Too few replicas" replicaSet="ns/web" node="n1"')
+    assert json.loads(entry)["replicaSet"] == {"name": "web", "namespace": "ns"}
+    assert json.loads(entry)["node"] == {"name": "n1"}
+    assert log.kobj(rs) == log.kref("ns", "web") and str(log.kobj(rs)) == "ns/web"
+    assert str(log.kobj(None)) == ""  # klog.KObj(nil)
+
+
+def raise_and_log_from_asyncio() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("asyncio").error("Task exception was never retrieved\nfuture: <Task>", exc_info=True)
+
+
+def test_other_loggers_warnings_and_errors_come_out_once_in_json(capsys, caplog, restored_logging):
+    log.setup(0, "json")
+    raise_and_log_from_asyncio()
+    logging.getLogger("urllib3.connectionpool").info("Starting new HTTPS connection")  # below WARNING
+    logging.getLogger("urllib3.connectionpool").warning("Retrying")
+    warnings.warn("old API", UserWarning, stacklevel=1)
+    log.get_logger("replicaset").info("Synced")
+    entries = json_lines(capsys)  # each a line of JSON: json.loads would fail on a bare traceback line
+    assert [(e["logger"], e["msg"].splitlines()[0]) for e in entries] == [
+        ("asyncio", "Task exception was never retrieved"), ("urllib3.connectionpool", "Retrying"),
+        ("py.warnings", entries[2]["msg"].splitlines()[0]), ("replicaset", "Synced")]
+    assert "UserWarning: old API" in entries[2]["msg"]
+    failed = entries[0]
+    assert failed["level"] == "error" and "v" not in failed and failed["msg"].endswith("future: <Task>")
+    assert failed["err"].startswith("Traceback (most recent call last):") and failed["err"].endswith("ValueError: boom")
+    assert entries[1]["level"] == "warning"
+    # setup() adds its handler to the root logger's, and pytest's caplog keeps seeing other loggers.
+    assert [r.getMessage() for r in caplog.records if r.name == "urllib3.connectionpool"] == ["Retrying"]
+
+
+def test_another_loggers_error_is_one_klog_line_with_err_in_text(capsys, restored_logging):
+    log.setup(0, "text")
+    raise_and_log_from_asyncio()
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(r'E\d{4} [\d:.]+ +\d+ test_log\.py:\d+\] "Task exception was never retrieved\\nfuture: <Task>"'
+                        r' err="ValueError: boom \(at test_log\.py:\d+ in raise_and_log_from_asyncio\)"', line)
+
+
+def test_setting_up_twice_leaves_one_handler_on_the_root_logger(restored_logging):
+    before = logging.getLogger().handlers[:]
+    log.setup(0, "text")
+    log.setup(0, "json")
+    added = [h for h in logging.getLogger().handlers if h not in before]
+    assert len(added) == 1 and isinstance(added[0].formatter, log.JsonFormatter)

@@ -122,11 +122,12 @@ async def test_a_crashed_renewal_is_said_with_its_type_before_the_lost_lease(
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert [r.getMessage() for r in errors] == ["Lease renewal crashed", "leaderelection lost/stopped"]
     crash = errors[0].kv  # type: ignore[attr-defined]
-    assert crash["lease"] == "kube-system/pykcm"
+    assert crash["lock"] == "kube-system/pykcm"
     assert crash["err"].startswith("KeyError: 'boom: unexpected bug in renewal' (at test_manager_lead.py:")
 
 
 async def test_a_lost_lease_says_no_crash(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="pykcm"), pytest.raises(ManagerError):
         await manager_draining_for(0.0)._lead(Elector(lose_after=0.01), asyncio.Event())  # type: ignore[arg-type]
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == ["leaderelection lost/stopped"]
+    [lost] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert lost.getMessage() == "leaderelection lost/stopped" and lost.kv == {"lock": "kube-system/pykcm"}  # type: ignore[attr-defined]

@@ -1,7 +1,8 @@
 """Reflector decisions with a scripted API: streamed initial state and its fallback to LIST,
-pagination fallback, bookmarks, 410 handling."""
+pagination fallback, bookmarks, 410 handling; what it logs, as client-go's reflector."""
 
 import asyncio
+import logging
 
 import pytest
 
@@ -382,3 +383,107 @@ async def test_a_watch_stream_that_breaks_with_bytes_that_are_no_http_backs_off_
     reflector, backoff = reflector_with(client, queue)
     await run_until(reflector, queue, 3)
     assert client.watch_params[1]["resourceVersion"] == "11" and backoff.delays == 1
+
+
+# -- what it logs: client-go's reflector.go texts and levels -----------------------------------------
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, str, dict]]:
+    """The reflector's lines: level name, V level, message, key/values."""
+    return [(r.levelname, r.v, r.getMessage(), r.kv) for r in caplog.records  # type: ignore[attr-defined]
+            if r.name == "pykcm.reflector"]
+
+
+@pytest.mark.parametrize("verbosity", [2], indirect=True)
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_filled_cache_says_caches_populated_at_v2(streamed: bool, verbosity: None, caplog) -> None:
+    client = ScriptedClient([page([cm("a", "1")], "10")], watches=[[
+        {"type": "ADDED", "object": cm("a", "1")}, initial_events_end("10")]] if streamed else [])
+    queue = DeltaQueue()
+    reflector = Reflector(client, CONFIGMAPS, queue, backoff=RecordingBackoff(), watch_list=streamed)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await run_until(reflector, queue, 1)
+    populated = {"resource": "configmaps", "items": 1, "resourceVersion": "10"}
+    assert lines(caplog) == [("INFO", 2, "Caches populated", populated)]
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+async def test_an_expired_watch_says_watch_closed_at_v4_only(verbosity: None, caplog) -> None:
+    client = ScriptedClient([page([cm("a", "1")], "10"), page([cm("b", "30")], "30")], watches=[[EXPIRED_EVENT], []])
+    queue = DeltaQueue()
+    reflector, _ = reflector_with(client, queue)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await run_until(reflector, queue, 2)
+    [closed] = [line for line in lines(caplog) if line[2] == "Watch closed"]
+    assert closed[:2] == ("INFO", 4) and list(closed[3]) == ["resource", "err"]
+    assert [line for line in lines(caplog) if line[1] < 2] == []
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+@pytest.mark.parametrize(("failure", "streamed", "said"), [
+    (TransportError("dial tcp: connection refused"), False, (4, "Watch failed - backing off")),
+    (TooManyRequests(429, "TooManyRequests", "slow down"), False, (2, "Watch returned 429 - backing off")),
+    (TooManyRequests(429, "TooManyRequests", "slow down"), True, (2, "watch-list failed - backing off")),
+], ids=["transport", "429", "429-streaming"])
+async def test_a_retried_watch_failure_is_an_info_line_at_client_gos_level(
+    failure: Exception, streamed: bool, said: tuple[int, str], verbosity: None, caplog
+) -> None:
+    then = [{"type": "ADDED", "object": cm("b", "11")}] + ([initial_events_end("11")] if streamed else [])
+    client = ScriptedClient([page([cm("a", "1")], "10")], watches=[failure, then])
+    queue = DeltaQueue()
+    reflector = Reflector(client, CONFIGMAPS, queue, backoff=RecordingBackoff(), watch_list=streamed)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await run_until(reflector, queue, 1 if streamed else 2)
+    assert [line[:3] for line in lines(caplog) if line[2] != "Caches populated"] == [("INFO", *said)]
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+async def test_a_failed_list_says_failed_to_watch_as_handle_error_then_once_a_minute(verbosity: None, caplog) -> None:
+    refused = TransportError("dial tcp: connection refused")
+    client = ScriptedClient([refused, refused, page([cm("a", "1")], "10")])
+    queue = DeltaQueue()
+    reflector, _ = reflector_with(client, queue)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await run_until(reflector, queue, 1)
+    failed = [line for line in lines(caplog) if line[2] == "Failed to watch"]
+    kv = {"resource": "configmaps", "logger": "UnhandledError", "err": "dial tcp: connection refused"}
+    assert failed == [("ERROR", 0, "Failed to watch", kv), ("INFO", 4, "Failed to watch", kv)]
+
+
+@pytest.mark.parametrize("verbosity", [0], indirect=True)
+async def test_a_very_short_watch_is_client_gos_warning_line(verbosity: None, caplog) -> None:
+    client = ScriptedClient([page([cm("a", "1")], "10"), page([cm("a", "1")], "12")], watches=[[], []])
+    queue = DeltaQueue()
+    reflector, _ = reflector_with(client, queue)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await run_until(reflector, queue, 2)
+    assert [line[:3] for line in lines(caplog)] == [("INFO", 0, "Warning: watch ended with error")]
+
+
+@pytest.mark.parametrize("verbosity", [2], indirect=True)
+@pytest.mark.parametrize(("streamed", "trace"), [(False, "Reflector ListAndWatch"), (True, "Reflector WatchList")])
+async def test_a_list_over_the_threshold_is_said_as_client_gos_trace(
+    streamed: bool, trace: str, verbosity: None, caplog, monkeypatch
+) -> None:
+    import pykcm.informers.reflector as reflector_module
+
+    monkeypatch.setattr(reflector_module, "LONG_LIST", 0.0)  # client-go's LogIfLong(10 * time.Second)
+    client = ScriptedClient([page([cm("a", "1"), cm("b", "2")], "10")], watches=[[
+        {"type": "ADDED", "object": cm("a", "1")}, {"type": "ADDED", "object": cm("b", "2")},
+        initial_events_end("10")]] if streamed else [])
+    queue = DeltaQueue()
+    reflector = Reflector(client, CONFIGMAPS, queue, backoff=RecordingBackoff(), watch_list=streamed)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await run_until(reflector, queue, 1)
+    [said] = [line for line in lines(caplog) if line[2] == trace]
+    assert said[:2] == ("INFO", 2) and list(said[3]) == ["resource", "items", "duration"] and said[3]["items"] == 2
+
+
+@pytest.mark.parametrize("verbosity", [9], indirect=True)
+async def test_a_quick_list_is_no_trace(verbosity: None, caplog) -> None:
+    client = ScriptedClient([page([cm("a", "1")], "10")])
+    queue = DeltaQueue()
+    reflector, _ = reflector_with(client, queue)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await run_until(reflector, queue, 1)
+    assert [line[2] for line in lines(caplog)] == ["Caches populated"]

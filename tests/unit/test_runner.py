@@ -181,3 +181,29 @@ async def test_a_built_in_exception_from_sync_is_logged_with_its_type_and_place(
     [line] = [r for r in caplog.records if r.getMessage() == "Error syncing, requeuing"]
     assert re.fullmatch(r"KeyError: 'spec' \(at test_runner\.py:\d+ in sync\)", line.kv["err"])  # type: ignore[attr-defined]
     assert line.kv["key"] == "ns/x"  # type: ignore[attr-defined]
+
+
+async def test_the_start_line_comes_before_the_wait_for_caches_and_the_stop_line_after_a_cut_wait(
+    monkeypatch, caplog
+) -> None:
+    # KCM's order (replica_set.go Run): "Starting controller", then WaitForNamedCacheSync's lines; its
+    # deferred "Shutting down controller" is written even when the wait is cut short.
+    monkeypatch.setattr(runner_module, "SYNC_POLL", 0.01)
+    caplog.set_level(logging.INFO, logger="pykcm")
+    namespaces = FakeInformer(NAMESPACES)
+    runner = ControllerRunner(controller(), [namespaces])  # type: ignore[list-item]
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(0.05)
+    namespaces.synced = True
+    await asyncio.wait_for(runner.started.wait(), 1)
+    runner.controller.queue.shutdown()
+    await asyncio.wait_for(task, 1)
+    waiting = ControllerRunner(controller(), [FakeInformer(NAMESPACES)])  # type: ignore[list-item]
+    cut = asyncio.create_task(waiting.run())
+    await asyncio.sleep(0.05)
+    cut.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cut
+    assert [r.getMessage() for r in caplog.records] == [
+        "Starting controller", "Waiting for caches to sync", "Caches are synced", "Shutting down controller",
+        "Starting controller", "Waiting for caches to sync", "Shutting down controller"]

@@ -3,6 +3,7 @@ authorized before routing, what is routed, and KCM's answers and headers."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import orjson
@@ -72,6 +73,14 @@ async def test_the_secure_port_routes_what_it_serves() -> None:
         writer.close()
     finally:
         await server.stop()
+
+
+async def test_the_start_is_said_in_kcms_words(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        server = await secure_server([])
+    await server.stop()
+    said = [(r.getMessage(), r.kv) for r in caplog.records if r.name == "pykcm.server"]  # type: ignore[attr-defined]
+    assert said == [(f"Serving securely on 127.0.0.1:{server.port}", {})]  # apiserver's secure_serving.go
 
 
 async def test_a_port_in_use_is_named_once_in_one_line() -> None:
