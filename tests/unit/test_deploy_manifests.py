@@ -121,3 +121,19 @@ def test_probes_time_out_and_start_as_kubeadms_kcm() -> None:
         assert container[probe]["httpGet"] == {"path": "/livez", "port": "https", "scheme": "HTTPS"}
         assert {k: container[probe].get(k) for k in TIMINGS} == kubeadm, probe
     assert container["readinessProbe"]["timeoutSeconds"] == KUBEADM_LIVENESS["timeoutSeconds"]
+
+
+def readme_controllers_examples() -> list[str]:
+    """Every --controllers value the README shows, as `--controllers=...` or a quoted `value:`."""
+    text = (DEPLOY.parent / "README.md").read_text()
+    return re.findall(r"`--controllers=([^`]+)`", text) + re.findall(r'value: "(\*,[^"]+)"', text)
+
+
+def test_every_readme_example_handing_pykcms_three_over_keeps_kubeadms_two() -> None:
+    """Copying one must not turn off the bootstrap signer `kubeadm join` waits for."""
+    handing_over = [value for value in readme_controllers_examples()
+                    if "..." not in value and kcm_choices(value)[2] >= set(PYKCM_CONTROLLERS)]
+    assert handing_over
+    for value in handing_over:
+        star, on, off = kcm_choices(value)
+        assert star and on >= KUBEADMS_OWN and off == set(PYKCM_CONTROLLERS), value
