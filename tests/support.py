@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import socket
 import ssl
@@ -405,3 +406,12 @@ def sample(metrics_text: str, name: str, labels: dict[str, str] | None = None) -
             if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
                 return s.value
     return None
+
+
+# KCM's first line, which pykcm writes too: `I1127 20:43:26.123456    4242 manager.py:101] "Starting" version="v0.1.0"`.
+STARTING_LINE = re.compile(r'^I\d{4} [\d:.]+ +\d+ manager\.py:\d+\] "Starting" version="v[^"]+"$')
+
+
+def stderr_after_start(stderr: str) -> list[str]:
+    """`stderr`'s lines but the start line: what a run that stops at once says."""
+    return [line for line in stderr.strip().splitlines() if not STARTING_LINE.match(line)]

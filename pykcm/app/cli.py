@@ -401,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             args = kcmflags.translate_pflag_forms(sys.argv[1:] if argv is None else list(argv))
             if args[:1] == ["run"]:
                 args, kcm = kcmflags.split_kcm_flags(args, _value_options("run"))
+            else:
+                kcmflags.check_version_values(args)
         except kcmflags.FlagError as err:
             raise UsageError(str(err)) from None
         if kcm.refused:

@@ -205,6 +205,13 @@ def split_kcm_flags(argv: list[str], value_options: frozenset[str] = frozenset()
     return kept, found
 
 
+def check_version_values(argv: list[str]) -> None:
+    """FlagError in pflag's words for a bad `--version=` outside `run` (`pykcm --version=maybe`)."""
+    for word in pflag_words(argv):
+        if word.flag == "--version":
+            _check_syntax(word, False)
+
+
 def _short_verbosity(word: Word) -> Word:
     """pflag's `-v4` and `-v=4` are -v with "4"; `-v=` is -v with "="."""
     raw = word.words[0]

@@ -359,10 +359,10 @@ class Manager:
         waiting = [t for t, r in zip(tasks, self.runners, strict=True) if not r.started.is_set()]
         for task in waiting:
             task.cancel()
-        timed_out = False
+        cut = False
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self._drain_timeout)
-            if timed_out := bool(pending) and self._drain_timeout > 0:  # as KCM's RunControllers gives up
+            if (cut := bool(pending)) and self._drain_timeout > 0:  # as KCM's RunControllers gives up
                 running = sorted(c.name for t, c in zip(tasks, self.controllers, strict=True) if t in pending)
                 log.info("Controller shutdown timeout reached", timeout=go_duration(self._drain_timeout),
                          runningControllers=running)
@@ -371,7 +371,7 @@ class Manager:
                     self._cut_short(controller)
                     task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        if not timed_out:  # KCM returns without it past the timeout
+        if tasks and not cut:  # only when every controller ended on its own, as KCM's
             log.info("All controllers terminated")
         # After a lost lease the fence refuses every write: nothing to flush.
         flush = min(EVENTS_FLUSH_TIMEOUT, self._drain_timeout)

@@ -268,19 +268,24 @@ def _package_credentials(kubeconfig: Kubeconfig | str | None, context: str | Non
 
 @contextlib.contextmanager
 def _package_errors() -> Iterator[list[str]]:
-    """The error lines the package logs meanwhile (it logs a failed exec plugin on the root logger)."""
+    """The error lines the package logs meanwhile (it logs a failed exec plugin on the root logger
+    itself), taken by a filter of the root logger: said once, in the caller's error, not also by the
+    root's handler (which writes other loggers' lines in pykcm's format)."""
     errors: list[str] = []
 
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
+    class Collect(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if record.levelno < logging.ERROR:
+                return True
             errors.append(one_line(record.getMessage()))
+            return False
 
-    handler = Collect(logging.ERROR)
-    logging.getLogger().addHandler(handler)
+    collect = Collect()
+    logging.getLogger().addFilter(collect)
     try:
         yield errors
     finally:
-        logging.getLogger().removeHandler(handler)
+        logging.getLogger().removeFilter(collect)
 
 
 class PluginToken:

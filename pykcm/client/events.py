@@ -99,7 +99,7 @@ class EventRecorder:
                           **_about(involved))
                 self._dropped, self._drop_logged_at = 0, now
             return
-        if self._event_log is not None:  # client-go's keys, in its order
+        if self._event_log is not None and self._event_log.enabled():  # client-go's keys, in its order
             self._event_log.info("Event occurred", object=_object_ref(involved), fieldPath="", kind=involved["kind"],
                                  apiVersion=involved["apiVersion"], type=type_, reason=reason, message=message)
 

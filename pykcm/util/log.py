@@ -235,7 +235,23 @@ class JsonFormatter(logging.Formatter):
         entry.update(kv)
         if record.exc_info and _logged_exception(record) is not None and "err" not in kv:
             entry["err"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry, default=_json_default).decode()
+        try:
+            return orjson.dumps(entry, default=_json_default, option=orjson.OPT_NON_STR_KEYS).decode()
+        except orjson.JSONEncodeError:  # a value JSON cannot hold: the line is still written, as zap's
+            return orjson.dumps({k: _json_value(v) for k, v in entry.items()}, default=_json_default,
+                                option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def _json_value(value: Any) -> Any:
+    """`value` where orjson can write it; a string with bytes that were not UTF-8 with U+FFFD in their
+    place; otherwise klog's "<internal error: ...>" (an int past 64 bits, say)."""
+    try:
+        orjson.dumps(value, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError as err:
+        if isinstance(value, str):
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return f"<internal error: {err}>"
+    return value
 
 
 def _logged_exception(record: logging.LogRecord) -> BaseException | None:

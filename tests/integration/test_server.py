@@ -28,7 +28,16 @@ from pykcm.client.rest import RestClient
 from pykcm.controller import Controller, ControllerContext, progress
 from pykcm.serving.certs import self_signed_certificate
 from pykcm.testenv.controlplane import ControlPlane
-from tests.support import create_namespace, free_port, https_get, running_manager, sample, wait_for
+from tests.support import (
+    STARTING_LINE,
+    create_namespace,
+    free_port,
+    https_get,
+    running_manager,
+    sample,
+    stderr_after_start,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -290,6 +299,7 @@ async def test_scenario_50_unreachable_apiserver_exits_within_15s_with_one_line(
     elapsed = time.monotonic() - start
     assert result.returncode == 1, result.stderr
     assert 9 < elapsed < 20, elapsed  # KCM's 10 s wait; the rest is Python's start on a busy machine
-    lines = result.stderr.strip().splitlines()
+    assert STARTING_LINE.match(result.stderr.splitlines()[0]), result.stderr  # KCM's first line, as KCM
+    lines = stderr_after_start(result.stderr)
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("pykcm: error: failed to wait for apiserver being healthy")

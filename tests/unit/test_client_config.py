@@ -18,6 +18,7 @@ from pykcm.client.config import (
     tls_context,
 )
 from pykcm.client.rest import RestClient
+from pykcm.util import log
 from tests.unit.test_http import ok, raw_server, read_request
 
 
@@ -246,11 +247,14 @@ def test_a_socks5_proxy_url_is_refused_at_start_and_the_environments_is_not_used
     assert load_config(kubeconfig_with(tmp_path, cluster, {"token": "t"})).proxy_url == "http://127.0.0.1:3128"
 
 
-def test_a_failing_exec_plugin_stops_the_start_in_one_line(tmp_path):
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_failing_exec_plugin_stops_the_start_in_one_line(tmp_path, capsys, fmt):
+    log.setup(0, fmt)  # as `run` does first: the root's handler must not say the package's error too
     user = {"exec": {"command": str(tmp_path / "missing-plugin"), "apiVersion": "client.authentication.k8s.io/v1"}}
     with pytest.raises(ConfigError, match=r"^getting credentials: ") as err:
         load_config(write_kubeconfig(tmp_path, user))
     assert "\n" not in str(err.value)
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("reader", ["simple", "package"])

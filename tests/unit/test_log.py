@@ -107,6 +107,16 @@ def test_a_key_named_like_a_logger_parameter_is_a_key_value(caplog):
         ("Failed", {"err": "boom"})]
 
 
+def test_a_json_line_is_written_whatever_its_values(capsys, restored_logging):
+    # Text writes these; JSON must not lose the line: a path that was not UTF-8, a map with int keys,
+    # an int past 64 bits (klog's "<internal error: ...>" in its place).
+    log.setup(0, "json")
+    log.get_logger("demo").info("Odd \udcff", path="/tmp/\udcff", counts={200: 1}, n=2**70)
+    [line] = json_lines(capsys)
+    assert (line["msg"], line["path"], line["counts"]) == ("Odd \ufffd", "/tmp/\ufffd", {"200": 1})
+    assert line["n"].startswith("<internal error: ")
+
+
 def test_json_key_values_do_not_replace_the_entrys_own_fields(capsys, restored_logging):
     log.setup(0, "json")
     logger = log.get_logger("demo")

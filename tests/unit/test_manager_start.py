@@ -121,6 +121,14 @@ async def test_a_drained_shutdown_says_all_controllers_terminated(caplog: pytest
     assert not [msg for msg, _ in said if msg == "Controller shutdown timeout reached"]
 
 
+async def test_a_stop_without_a_drain_says_no_controller_terminated(caplog: pytest.LogCaptureFixture) -> None:
+    # A lost lease, a second signal or --controller-shutdown-timeout=0: the controllers are cut short.
+    said = await shut_down({"a-controller": False}, 0.0, caplog)
+    ends = ("All controllers terminated", "Controller shutdown timeout reached")
+    assert [msg for msg, _ in said if msg in ends] == []
+    assert said[-1][0] == "Stopped"
+
+
 async def test_a_drain_past_the_timeout_says_which_controllers_still_ran(caplog: pytest.LogCaptureFixture) -> None:
     said = await shut_down({"z-controller": False, "a-controller": True, "m-controller": False}, 0.01, caplog)
     assert ("Controller shutdown timeout reached",

@@ -400,6 +400,12 @@ def test_version_works_before_any_command_as_kcms_which_has_none(argv: list[str]
     assert capsys.readouterr().out.startswith(out)
 
 
+def test_a_bad_version_value_before_any_command_is_refused_in_pflags_words(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--version=maybe"]) == 2
+    assert capsys.readouterr().err == ('pykcm: error: invalid argument "maybe" for "--version" flag: '
+                                       'strconv.ParseBool: parsing "maybe": invalid syntax\n')
+
+
 @pytest.mark.parametrize("argv", [[], ["testenv"]])
 def test_a_group_without_a_command_prints_its_help_as_a_usage_error(argv: list[str],
                                                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -161,8 +161,8 @@ def cluster_config(recipe: Path = RECIPE, kcm_controllers: str | None = None) ->
 def _set_kcm_controllers(config: dict[str, Any], value: str) -> None:
     """In place: the recipe's `controllers` entry of KCM's extraArgs set to `value` in each of its
     ClusterConfiguration patches (one per kubeadm config version: a v1beta4 list of name/value
-    pairs, a v1beta3 map). Only that entry changes: kind's kubeadm patches are merge patches, so
-    another patch setting extraArgs would replace the recipe's list (and its hostpath flag)."""
+    pairs, a v1beta3 map). Only that entry changes, in place rather than by a patch of its own, so
+    the recipe's other entries (its hostpath flag) stay as they are whichever way kind merges."""
     replaced = 0
     for node in config.get("nodes", []):
         patches = node.get("kubeadmConfigPatches", [])
