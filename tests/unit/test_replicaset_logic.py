@@ -4,6 +4,7 @@ availability and status (the shared controller helpers are in test_controller_he
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 
@@ -271,6 +272,27 @@ def test_scenario_20_21_status_unchanged_needs_observed_generation() -> None:
     assert not status_unchanged(rs(generation=2, status=steady), new)  # 21: spec changed
     assert not status_unchanged(rs(status=steady), {**new, "readyReplicas": 1})
     assert not status_unchanged(rs(status={**steady, "terminatingReplicas": None}), new)
+
+
+async def test_the_deletion_sort_in_runs_orders_pods_as_one_sort_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sorted a run at a time and merged (to hand the loop back), pods come out in one sorted()
+    # call's order wherever the ranking is consistent: here every pod's times differ.
+    import pykcm.controller.podutil as podutil
+
+    monkeypatch.setattr(podutil, "_SORT_RUN", 7)
+    rng = random.Random(5)
+    ages = rng.sample(range(1, 10**7), 2 * 300)
+    pods = [
+        pod(f"p{i}", node=rng.choice(("", "node-a")), phase=rng.choice(("Pending", "Running")),
+            ready=rng.random() < 0.8, ready_since=NOW - ages[2 * i], created=NOW - ages[2 * i + 1],
+            restarts=rng.randint(0, 2), cost=rng.choice((None, "5")), uid=f"{rng.getrandbits(32):08x}")
+        for i in range(300)
+    ]
+    ranks = [rng.randint(0, 3) for _ in pods]
+    for now in (NOW, None):
+        one_sort = sorted(podutil._Ranked.of(p, rank, now, True) for p, rank in zip(pods, ranks, strict=True))
+        ordered = await sort_for_deletion(pods, ranks, now)
+        assert [p["metadata"]["name"] for p in ordered] == [r.pod["metadata"]["name"] for r in one_sort]
 
 
 async def test_the_deletion_sort_reads_each_pods_times_once(monkeypatch: pytest.MonkeyPatch) -> None:
