@@ -5,6 +5,8 @@
 - `pods_to_delete`: the `n` pods best given up, by KCM's ranking (`podutil.sort_for_deletion`)
   where a pod's rank is the number of active related pods on its node. It reads every active and
   related pod (10,000 for a large ReplicaSet) and hands the event loop back as it goes.
+- `related_pods`: those related pods, the ones selected by any ReplicaSet sharing the controller
+  (a Deployment's revisions): a scan of their namespaces, which hands the loop back too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from pykcm.controller.podutil import is_pod_active, is_pod_ready, sort_for_deletion
+from pykcm.controller.selectors import Selector, SelectorError
 from pykcm.informers.store import Obj
 from pykcm.util.apitime import parse_time
 from pykcm.util.timeslice import TimeSlice
@@ -49,6 +52,30 @@ async def slow_start_batch(
         if errors:
             return successes, errors[0]
     return successes, None
+
+
+async def related_pods(
+    siblings: Iterable[Obj], selector_of: Callable[[Obj], Selector], pods_in: Callable[[str], Iterable[Obj]]
+) -> list[Obj]:
+    """Pods selected by any of `siblings` (an invalid selector selects none), read from
+    `pods_in(namespace)`: one pass over each namespace whatever the number of siblings, each pod
+    matched once (so never "owned by both", KCM's V(5) line), the loop handed back as it goes
+    (10,000 pods take ~0.1 s)."""
+    selectors: dict[str, list[Selector]] = {}
+    for sibling in siblings:
+        try:
+            selectors.setdefault(sibling["metadata"]["namespace"], []).append(selector_of(sibling))
+        except SelectorError:
+            continue
+    related, time_slice = [], TimeSlice()
+    for namespace, matchers in selectors.items():
+        for pod in pods_in(namespace):  # a copy: the cache may change meanwhile
+            labels = pod["metadata"].get("labels")
+            if any(selector.matches(labels) for selector in matchers):
+                related.append(pod)
+            if time_slice.over():
+                await time_slice.pause()
+    return related
 
 
 async def ranks_by_colocated_related_pods(pods: Sequence[Obj], related: Iterable[Obj]) -> list[int]:

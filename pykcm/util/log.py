@@ -8,11 +8,12 @@
 Text: `I1121 14:56:00.123456   4242 controller.py:212] "Too few replicas" replicaSet="ns/web" need=3`,
 values as klog's text writes them: strings and the message quoted as Go's strconv.Quote, None as
 null, numbers, lists and dicts as Go's JSON (map keys sorted), an object reference (`kobj`, `kref`)
-as "ns/name". One difference, on purpose: a value with line breaks stays on its line, escaped, where
-klog writes a `key=<` block of lines (one line per action).
+as "ns/name", a list of them (`kobj_slice`) as ["ns/a","b"]. One difference, on purpose: a value
+with line breaks stays on its line, escaped, where klog writes a `key=<` block of lines (one line
+per action).
 JSON (`--logging-format json`): one object a line with ts, logger, caller, msg, v (not on errors)
 and the key/values, which never replace the entry's own ts, caller, msg, v or level; an object
-reference is {"name": ..., "namespace": ...}, as klog.KObj through zapr.
+reference is {"name": ..., "namespace": ...}, as klog.KObj through zapr, a `kobj_slice` a list of them.
 A key may be named like a method's parameter (`msg=`, `err=`). Other loggers' warnings and errors
 (asyncio, urllib3, Python's warnings) come out in the same format.
 """
@@ -25,7 +26,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -138,8 +139,36 @@ def go_quote(text: str) -> str:
     return f'"{text.translate(_GO_QUOTED)}"'
 
 
+class ObjectRefSlice:
+    """klog's KObjSlice: the references to a list of objects, ["ns/a","b"] in text (its WriteText),
+    a list of {"name", "namespace"} in JSON."""
+
+    __slots__ = ("refs",)
+
+    def __init__(self, refs: list[ObjectRef]) -> None:
+        self.refs = refs
+
+    def __repr__(self) -> str:
+        return f"kobj_slice({self.refs!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRefSlice) and other.refs == self.refs
+
+    def write_text(self) -> str:
+        return "[" + ",".join(f'"{ref}"' for ref in self.refs) + "]"
+
+    def as_json(self) -> list[dict[str, str]]:
+        return [ref.as_json() for ref in self.refs]
+
+
+def kobj_slice(objs: Iterable[Mapping[str, Any]]) -> ObjectRefSlice:
+    """klog.KObjSlice. It reads every object when called, where KCM's defers that to the write:
+    behind a `v(n).enabled()` check for a long list (a ReplicaSet's 10,000 pods)."""
+    return ObjectRefSlice([kobj(obj) for obj in objs])
+
+
 def _json_default(value: Any) -> Any:
-    return value.as_json() if isinstance(value, ObjectRef) else str(value)
+    return value.as_json() if isinstance(value, ObjectRef | ObjectRefSlice) else str(value)
 
 
 # Go's encoding/json (klog's text values) escapes these; orjson writes them as they are.
@@ -176,6 +205,8 @@ def _render(value: Any) -> str:
         return go_quote(value)
     if isinstance(value, ObjectRef):
         return f'"{value}"'  # klog's ObjectRef.WriteText: quoted, unescaped (names need no escape)
+    if isinstance(value, ObjectRefSlice):
+        return value.write_text()
     if value is None or isinstance(value, bool):
         return "null" if value is None else "true" if value else "false"
     if isinstance(value, int):

@@ -152,6 +152,19 @@ def test_an_object_reference_is_ns_name_in_text_and_an_object_in_json(capsys, re
     assert str(log.kobj(None)) == ""  # klog.KObj(nil)
 
 
+def test_an_object_slice_is_a_list_of_references_in_text_and_json(capsys, restored_logging):
+    # klog.KObjSlice: ["ns/a","b"] in klog's text (its WriteText), a list of {"name","namespace"} through zapr.
+    pods = [{"metadata": {"namespace": "ns", "name": "a"}}, {"metadata": {"name": "b"}}]
+    for fmt in ("text", "json"):
+        log.setup(0, fmt)
+        log.get_logger("replicaset").info("Found related pods", pods=log.kobj_slice(pods), none=log.kobj_slice([]))
+    text, entry = capsys.readouterr().err.strip().splitlines()
+    assert text.endswith('] "Found related pods" pods=["ns/a","b"] none=[]')
+    assert json.loads(entry)["pods"] == [{"name": "a", "namespace": "ns"}, {"name": "b"}]
+    assert json.loads(entry)["none"] == []
+    assert log.kobj_slice(pods) == log.kobj_slice(iter(pods)) != log.kobj_slice(pods[:1])
+
+
 def raise_and_log_from_asyncio() -> None:
     try:
         raise ValueError("boom")

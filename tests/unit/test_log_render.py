@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pykcm.util.log import KlogFormatter, _render, go_quote, kref
+from pykcm.util.log import KlogFormatter, _render, go_quote, kobj_slice, kref
 
 
 @pytest.mark.parametrize(("text", "quoted"), [
@@ -51,6 +51,9 @@ def test_strings_are_quoted_as_go_strconv_quote(text: str, quoted: str) -> None:
     (kref("ns", "web"), '"ns/web"'),
     (kref("", "node-1"), '"node-1"'),
     ([kref("ns", "a"), kref("", "b")], '[{"name":"a","namespace":"ns"},{"name":"b"}]'),
+    # klog.KObjSlice's WriteText (klog v2.140.0): the references quoted, comma-separated.
+    (kobj_slice([{"metadata": {"namespace": "ns", "name": "a"}}, {"metadata": {"name": "b"}}]), '["ns/a","b"]'),
+    (kobj_slice([]), "[]"),
     ([2**70], '"<internal error: Integer exceeds 64-bit range>"'),
 ])
 def test_values_render_as_klog_text(value: Any, rendered: str) -> None:

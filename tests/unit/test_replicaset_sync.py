@@ -4,11 +4,15 @@ replicaset_harness.py), scenarios 1-13: ownership, adoption, replacement and whi
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
 
+from pykcm.controllers.replicaset import controller as rs_controller
+from pykcm.controllers.replicaset.scaling import related_pods
 from pykcm.util.apitime import format_time
+from pykcm.util.log import kobj, kobj_slice, kref
 from tests.support import LoopTurns
 from tests.unit.replicaset_harness import NS, Harness, make_pod, make_rs, ready_status
 
@@ -185,7 +189,8 @@ async def test_the_namespace_scan_for_related_pods_hands_the_loop_back(h: Harnes
     for i in range(20):
         h.add_pod(make_pod(f"p{i}", owner=rs, status=ready_status()))
     async with LoopTurns() as turns:
-        related = await h.ctrl.related_pods(rs)
+        related = await related_pods(h.ctrl.replica_sets_with_same_controller(rs), h.ctrl.selector_of,
+                                     h.ctrl.pods.indexer.in_namespace)
     assert len(related) == 20 and turns.count >= 20
 
 
@@ -200,3 +205,73 @@ async def test_scenario_13_colocated_pod_deleted_first(h: Harness) -> None:
     await h.sync()
     (victim,) = h.api.verbs("delete")
     assert victim in ("a1", "a2")
+
+
+DEPLOYMENT_REF = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "dep-uid", "controller": True}
+
+
+def lines(caplog: pytest.LogCaptureFixture, *messages: str) -> list[tuple[str, dict]]:
+    return [(r.getMessage(), r.kv) for r in caplog.records if r.getMessage() in messages]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+async def test_a_scale_down_names_the_related_replica_sets_and_pods_as_kcm(
+    h: Harness, verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # getReplicaSetsWithSameController's V(2) line and getIndirectlyRelatedPods' V(4) one, as KObjSlices.
+    rs, old = make_rs(replicas=1), make_rs("old", replicas=0)
+    for obj in (rs, old):
+        obj["metadata"]["ownerReferences"] = [DEPLOYMENT_REF]
+        h.add_rs(obj)
+    pods = [h.add_pod(make_pod(f"p{i}", owner=rs, status=ready_status())) for i in range(2)]
+    pods.append(h.add_pod(make_pod("old-1", labels={"app": "old"}, owner=old)))
+    h.add_pod(make_pod("stranger", labels={"app": "other"}))
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await h.sync()
+    [(_, found_rs)], [(_, found_pods)] = lines(caplog, "Found related ReplicaSets"), lines(caplog, "Found related pods")
+    assert found_rs["replicaSet"] == kref(NS, "web")
+    assert sorted(map(str, found_rs["relatedReplicaSets"].refs)) == ["ns/old", "ns/web"]
+    assert (found_pods["kind"], found_pods["replicaSet"]) == ("ReplicaSet", kref(NS, "web"))
+    assert sorted(found_pods["pods"].refs, key=str) == sorted(map(kobj, pods), key=str)  # not the stranger
+
+
+async def test_the_related_lines_build_no_slices_below_their_verbosity(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A KObjSlice of 10,000 pods is costly: KCM builds the ReplicaSets' only when V(2) is on.
+    monkeypatch.setattr(rs_controller, "kobj_slice", lambda objs: pytest.fail("built at -v=0"))
+    rs = make_rs(replicas=1)
+    rs["metadata"]["ownerReferences"] = [DEPLOYMENT_REF]
+    h.add_rs(rs)
+    for i in range(2):
+        h.add_pod(make_pod(f"p{i}", owner=rs, status=ready_status()))
+    await h.sync()
+    assert len(h.api.verbs("delete")) == 1
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+async def test_a_replica_set_without_controller_is_kcms_unhandled_error_on_scale_down(
+    h: Harness, verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    rs = h.add_rs(make_rs(replicas=1))
+    for i in range(2):
+        h.add_pod(make_pod(f"p{i}", owner=rs, status=ready_status()))
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await h.sync()
+    [record] = [r for r in caplog.records if "no controller" in r.getMessage() + str(r.kv)]  # type: ignore[attr-defined]
+    assert record.levelno == logging.ERROR and record.getMessage() == "Unhandled Error"
+    assert record.kv == {"logger": "UnhandledError", "err": "ReplicaSet has no controller: ns/web"}  # type: ignore[attr-defined]
+    assert lines(caplog, "Found related ReplicaSets") == []  # KCM returns before it
+    [(_, found_pods)] = lines(caplog, "Found related pods")
+    assert found_pods["pods"] == kobj_slice([])
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+async def test_an_orphan_pod_added_is_logged_only_when_a_replica_set_matches_it(
+    h: Harness, verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    h.add_rs(make_rs())
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        h.ctrl.pod_added(make_pod("stray", labels={"app": "other"}))
+        h.ctrl.pod_added(make_pod("orphan"))
+    assert lines(caplog, "Orphan Pod created") == [("Orphan Pod created", {"pod": kref(NS, "orphan")})]
