@@ -81,7 +81,7 @@ class NamespaceController(Controller):
         self.queue.add_after(object_key(namespace), DELETION_GRACE_PERIOD)
 
     async def run(self) -> None:
-        await self.deleter.init_op_cache()
+        await self.deleter.init_op_cache(self.named_log)
         await super().run()
 
     async def sync(self, key: str) -> None:

@@ -87,23 +87,25 @@ class NamespacedResourcesDeleter:
         self.log = log
         self.op_cache = OperationNotSupportedCache()
 
-    async def init_op_cache(self) -> None:
-        """Pre-fill the not-supported cache from discovery; refuse to run if nothing is discovered."""
+    async def init_op_cache(self, log: Logger | None = None) -> None:
+        """Pre-fill the not-supported cache from discovery; refuse to run if nothing is discovered.
+        `log`: KCM's deleter does this in the controller's constructor, with its named logger."""
+        log = log or self.log
         resources, err = await self._discover()
-        if err is not None:
-            self.log.error(err, "Unable to get all supported resources from server")
+        if err is not None:  # utilruntime.HandleErrorWithContext: its logger named UnhandledError
+            log.named("UnhandledError").error(err, "Unable to get all supported resources from server")
         if not resources:
             raise NoResourcesDiscovered(f"unable to get any supported resources from server: {err}")
         for rl in resources:
             try:
                 gv = GroupVersion.parse(rl.group_version)
             except ValueError as parse_err:
-                self.log.error(parse_err, "Failed to parse GroupVersion, skipping", groupVersion=rl.group_version)
+                log.error(parse_err, "Failed to parse GroupVersion, skipping", groupVersion=rl.group_version)
                 continue
             for res in rl.resources:
                 gvr = GroupVersionResource(gv.group, gv.version, res.name)
-                if "delete" not in res.verbs and self.log.v(6).enabled():
-                    self.log.v(6).info("Skipping resource because it cannot be deleted", resource=str(gvr))
+                if "delete" not in res.verbs and log.v(6).enabled():
+                    log.v(6).info("Skipping resource because it cannot be deleted", resource=str(gvr))
                 for operation in (LIST, DELETE_COLLECTION):
                     if operation not in res.verbs:
                         self.op_cache.set_not_supported(operation, gvr)

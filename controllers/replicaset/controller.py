@@ -49,7 +49,7 @@ from pykcm.controller.selectors import Selector, SelectorError, selector_from_la
 from pykcm.informers.projection import union
 from pykcm.informers.store import DeletedFinalStateUnknown, Obj, object_key, unwrap_tombstone
 from pykcm.util.apitime import go_string
-from pykcm.util.log import kobj, kobj_slice
+from pykcm.util.log import NIL_STRINGER, kobj, kobj_slice
 
 from .metrics import stale_sync_skips
 from .scaling import pods_to_delete, related_pods, slow_start_batch
@@ -177,7 +177,7 @@ class ReplicaSetController(Controller):
     # -- ReplicaSet events ----------------------------------------------------------------------------
 
     def rs_added(self, rs: Obj) -> None:
-        self.log.v(4).info("Adding", replicaSet=kobj(rs))
+        self.named_log.v(4).info("Adding", replicaSet=kobj(rs))
         self.enqueue(rs)
 
     def rs_updated(self, old: Obj, cur: Obj) -> None:
@@ -186,7 +186,7 @@ class ReplicaSetController(Controller):
             # expectations must not block the new one.
             self.rs_deleted(DeletedFinalStateUnknown(object_key(old), old))
         if spec_replicas(old) != spec_replicas(cur):
-            self.log.v(4).info(
+            self.named_log.v(4).info(
                 "replicaSet updated. Desired pod count change.",
                 replicaSet=kobj(old), oldReplicas=spec_replicas(old), newReplicas=spec_replicas(cur),
             )
@@ -196,7 +196,7 @@ class ReplicaSetController(Controller):
     def rs_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         rs = unwrap_tombstone(obj)
         key = object_key(rs)
-        self.log.v(4).info("Deleting", replicaSet=kobj(rs))
+        self.named_log.v(4).info("Deleting", replicaSet=kobj(rs))
         self.consistency.clear(key, rs["metadata"].get("uid", ""))
         self.expectations.delete(key)
         self._selectors.pop(rs["metadata"].get("uid", ""), None)
@@ -215,14 +215,15 @@ class ReplicaSetController(Controller):
             if rs is None:
                 return
             key = object_key(rs)
-            self.log.v(4).info("Pod created", pod=kobj(pod), replicaSet=kobj(rs))
-            self.expectations.creation_observed(key)
+            if (log := self.named_log.v(4)).enabled():  # KCM's detail=<%v of the pod> left out
+                log.info("Pod created", pod=kobj(pod))
+            self.expectations.creation_observed(key, self.named_log)
             self.queue.add(key)
             return
         # An orphan: wake every ReplicaSet that might adopt it (no expectation waits on orphans).
         matching = self.pod_replica_sets(pod)
         if matching:
-            self.log.v(4).info("Orphan Pod created", pod=kobj(pod))
+            self.named_log.v(4).info("Orphan Pod created", pod=kobj(pod))
         for rs in matching:
             self.enqueue(rs)
 
@@ -247,16 +248,20 @@ class ReplicaSetController(Controller):
             rs = self.resolve_controller_ref(namespace, cur_ref)
             if rs is None:
                 return
+            if (log := self.named_log.v(4)).enabled():  # KCM's ObjectMetas left out: ours are projected
+                log.info("Pod objectMeta updated.", pod=kobj(old))
             self.enqueue(rs)
             min_ready = min_ready_seconds(rs)
             if min_ready > 0 and not is_pod_ready(old) and is_pod_ready(cur):
                 # Look again when this pod should count as available.
-                self.log.v(2).info("pod will be enqueued after a while for availability check", duration=min_ready,
-                                   kind=KIND, pod=kobj(old))
+                self.named_log.v(2).info("pod will be enqueued after a while for availability check",
+                                         duration=min_ready, kind=KIND, pod=kobj(old))
                 self.enqueue_after(rs, min_ready)
             return
         if labels_changed or ref_changed:
-            for rs in self.pod_replica_sets(cur):
+            if matching := self.pod_replica_sets(cur):
+                self.named_log.v(4).info("Orphan Pod objectMeta updated.", pod=kobj(old))
+            for rs in matching:
                 self.enqueue(rs)
 
     def pod_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
@@ -268,8 +273,10 @@ class ReplicaSetController(Controller):
         if rs is None:
             return
         key = object_key(rs)
-        self.log.v(4).info("Pod deleted", pod=kobj(pod), replicaSet=kobj(rs))
-        self.expectations.deletion_observed(key, object_key(pod))
+        if (log := self.named_log.v(4)).enabled():  # KCM's delete_by=<its Go caller> left out
+            stamp = pod["metadata"].get("deletionTimestamp")  # a *metav1.Time: Go's %v, or nil's
+            log.info("Pod deleted", deletion_timestamp=go_string(stamp) if stamp else NIL_STRINGER, pod=kobj(pod))
+        self.expectations.deletion_observed(key, object_key(pod), self.named_log)
         self.queue.add(key)
 
     def pod_written(self, pod: Obj) -> None:
@@ -296,8 +303,7 @@ class ReplicaSetController(Controller):
             self.consistency.ensure_ready(key)
         except StaleCacheError as err:
             stale_sync_skips.labels(err.resource.group, err.resource.plural).inc()
-            self.log.v(4).info("Skipping sync, cache is stale", replicaSet=key, err=str(err))
-            raise RequeueAfter(STALE_CACHE_RETRY) from err
+            raise RequeueAfter(STALE_CACHE_RETRY, error=err) from err  # logged as KCM's sync error
 
     async def sync(self, key: str) -> None:
         """syncReplicaSet, in KCM's order: stale-cache check, cache read, expectations, claim,
@@ -411,7 +417,8 @@ class ReplicaSetController(Controller):
                 "Slow-start failure. Skipping creation of pods, decrementing expectations",
                 podsSkipped=skipped, kind=KIND, replicaSet=kobj(rs),
             )
-            self.expectations.lower(key, skipped, 0)
+            for _ in range(skipped):  # one "Lowered expectations" each, as KCM's CreationObserved
+                self.expectations.creation_observed(key)
         return error
 
     async def delete_replicas(self, rs: Obj, active: Sequence[Obj], count: int) -> BaseException | None:

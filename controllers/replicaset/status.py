@@ -143,18 +143,22 @@ async def update_status(client: RestClient, rs: Obj, new: Status, log: Logger) -
 
 
 def _log_status_change(log: Logger, rs: Obj, new: Status) -> None:
+    """KCM's one Sprintf'd message (replica_set_utils.go). Its "for %v" is rs.Kind, which a typed
+    client's objects (cached or read back) leave empty: "Updating status for : ns/web, ..."."""
     logger = log.v(4)
     if not logger.enabled():
         return
     old = rs.get("status") or {}
     meta = rs["metadata"]
-    changes = {k: f"{old.get(k, 0)}->{new.get(k, 0)}" for k in _COUNTS}
+    terminating = ""
     if "terminatingReplicas" in new:  # counted: DeploymentReplicaSetTerminatingReplicas on, as KCM logs it
-        changes["terminatingReplicas"] = f"{old.get('terminatingReplicas')}->{new['terminatingReplicas']}"
+        before = old.get("terminatingReplicas")
+        terminating = f"terminatingReplicas {'nil' if before is None else before}->{new['terminatingReplicas']}, "
     logger.info(
-        "Updating status",
-        replicaSet=f"{meta['namespace']}/{meta['name']}",
-        need=spec_replicas(rs),
-        observedGeneration=f"{old.get('observedGeneration', 0)}->{new.get('observedGeneration', 0)}",
-        **changes,
+        f"Updating status for : {meta['namespace']}/{meta['name']}, "
+        f"replicas {old.get('replicas', 0)}->{new.get('replicas', 0)} (need {spec_replicas(rs)}), "
+        f"fullyLabeledReplicas {old.get('fullyLabeledReplicas', 0)}->{new.get('fullyLabeledReplicas', 0)}, "
+        f"readyReplicas {old.get('readyReplicas', 0)}->{new.get('readyReplicas', 0)}, "
+        f"availableReplicas {old.get('availableReplicas', 0)}->{new.get('availableReplicas', 0)}, "
+        f"{terminating}sequence No: {old.get('observedGeneration', 0)}->{new.get('observedGeneration', 0)}"
     )

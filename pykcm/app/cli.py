@@ -132,7 +132,7 @@ def run(
     show_raw_version: Annotated[bool, typer.Option(kcmflags.VERSION_RAW, is_eager=True, hidden=True,
                                                    callback=versioninfo.print_raw_version)] = False,
     logging_format: Annotated[LogFormat, typer.Option(
-        help="Log format: text (klog) or json (KCM's keys: ts in milliseconds, logger, caller, msg, v).")] = LogFormat.text,
+        help="Log format: text (klog) or json (KCM's keys: ts in milliseconds, logger where named, caller, msg, v).")] = LogFormat.text,
 ) -> None:
     """Run the controller manager."""
     options = Options(

@@ -310,7 +310,8 @@ class Manager:
                 raise _cannot_build(cls, err) from None
             client = await self._controller_client(cls.client_name or cls.name, qps, burst)
             # Events are sourced from the controller's canonical name, e.g. "replicaset-controller".
-            events = EventRecorder(client, cls.name, None if cls.name in NO_EVENT_LOG else EVENT_LOG_VERBOSITY)
+            events = EventRecorder(client, cls.name, None if cls.name in NO_EVENT_LOG else EVENT_LOG_VERBOSITY,
+                                   log_name=cls.name)
             ctx = ControllerContext(client=client, informers=self.factory, options=self.options, events=events)
             with self.factory.recording() as informers:
                 try:

@@ -49,12 +49,17 @@ log = get_logger("events")
 
 
 class EventRecorder:
-    def __init__(self, client: RestClient, component: str, log_verbosity: int | None = None) -> None:
+    def __init__(
+        self, client: RestClient, component: str, log_verbosity: int | None = None, log_name: str = ""
+    ) -> None:
         self.client = client
         self.component = component
         # "Event occurred" for each event taken, at this level (None: not logged).
         self.log_verbosity = log_verbosity
-        self._event_log = None if log_verbosity is None else log.v(log_verbosity)
+        # A KCM controller's broadcaster is made in its constructor, whose logger is named after the
+        # controller (logger= on every line); the leader election's is the manager's, unnamed.
+        self._log = log.named(log_name) if log_name else log
+        self._event_log = None if log_verbosity is None else self._log.v(log_verbosity)
         self.correlator = EventCorrelator()
         self._pending: asyncio.Queue[Event] = asyncio.Queue(MAX_PENDING)
         self._task: asyncio.Task | None = None
@@ -64,7 +69,7 @@ class EventRecorder:
     def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Queue an event about `obj` (a full object or one with kind/apiVersion/metadata)."""
         if type_ not in (NORMAL, WARNING):  # client-go's ValidateEventType: a plugin's mistake, not written
-            log.error(None, "Unsupported event type", eventType=type_, reason=reason)  # reason: pykcm's addition
+            self._log.error(None, "Unsupported event type", eventType=type_, reason=reason)  # reason: pykcm's addition
             return
         meta = obj["metadata"]
         involved = {
@@ -95,8 +100,8 @@ class EventRecorder:
             self._dropped += 1
             now = time.monotonic()
             if now - self._drop_logged_at >= DROP_LOG_INTERVAL:
-                log.error(None, "Dropping events, queue full", dropped=self._dropped, reason=reason,
-                          **_about(involved))
+                self._log.error(None, "Dropping events, queue full", dropped=self._dropped, reason=reason,
+                                **_about(involved))
                 self._dropped, self._drop_logged_at = 0, now
             return
         if self._event_log is not None and self._event_log.enabled():  # client-go's keys, in its order
@@ -120,7 +125,7 @@ class EventRecorder:
                 if correlated is not None:
                     await self._write(correlated)
             except Exception as err:  # a bug here loses this event, not the sender (client-go's HandleCrash)
-                log.error(err, "Unable to write event", reason=event["reason"], **_about(event["involvedObject"]))
+                self._log.error(err, "Unable to write event", reason=event["reason"], **_about(event["involvedObject"]))
             finally:
                 self._pending.task_done()
 
@@ -133,15 +138,15 @@ class EventRecorder:
                 return  # this process no longer leads: the fence has said so once, and no retry can pass
             except ApiError as err:
                 if is_already_exists(err) or has_status_cause(err, NAMESPACE_TERMINATING_CAUSE):
-                    log.v(5).info("Server rejected event (will not retry!)", err=str(err), **kv)
+                    self._log.v(5).info("Server rejected event (will not retry!)", err=str(err), **kv)
                 else:
-                    log.error(err, "Server rejected event (will not retry!)", **kv)
+                    self._log.error(err, "Server rejected event (will not retry!)", **kv)
                 return
             except Exception as err:  # transport, or an answer that is not an Event: client-go retries both
                 if attempt == MAX_TRIES:
-                    log.error(err, "Unable to write event (retry limit exceeded!)", **kv)
+                    self._log.error(err, "Unable to write event (retry limit exceeded!)", **kv)
                     return
-                log.error(err, "Unable to write event (may retry after sleeping)", **kv)
+                self._log.error(err, "Unable to write event (may retry after sleeping)", **kv)
                 await asyncio.sleep(RETRY_SLEEP * (random.random() if attempt == 1 else 1.0))
             else:
                 self.correlator.update_state(written)

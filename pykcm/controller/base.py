@@ -47,11 +47,14 @@ class RequeueAfter(Exception):
 
     A delay <= 0 (a computed deadline that has already passed) is a rate-limited requeue, as
     controller-runtime's `Requeue: true`: it backs off like an error (without being logged as one)
-    instead of running the key again at once, which would spin it on the shared event loop."""
+    instead of running the key again at once, which would spin it on the shared event loop.
+    `error`, where KCM's sync returns one here, is logged as the controller's failed line (KCM's
+    worker logs it), and the key still comes back after `seconds`, not the error backoff."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, error: BaseException | str | None = None) -> None:
         super().__init__(f"requeue after {seconds:g}s")
         self.seconds = seconds
+        self.error = error
 
 
 class Slot(Enum):
@@ -130,7 +133,11 @@ class Controller(ABC):
         self.options = ctx.options
         self.events = ctx.events
         self.queue = RateLimitingQueue(self.queue_label(), self.rate_limiter())
-        self.log = get_logger(self.queue_label())
+        self.log = get_logger(self.queue_label())  # KCM's Run and sync log through the manager's unnamed logger
+        # ...and its constructor gets one named after the controller: the event handlers and what the
+        # constructor sets up (the namespace deleter's discovery) log through it, and so does the event
+        # recorder, which the manager names.
+        self.named_log = self.log.named(self.name)
         self.last_progress = time.monotonic()
 
     # -- declared by subclasses -----------------------------------------------------------------------
@@ -212,6 +219,7 @@ class Controller(ABC):
         start = time.monotonic()
         result = "success"
         failure: Exception | str | None = None
+        logged: BaseException | str | None = None  # a requeue's error: logged, not backed off
         try:
             await self.sync(key)
             self.queue.forget(key)
@@ -223,7 +231,7 @@ class Controller(ABC):
             # would drop the key and make the controller look cleanly stopped.
             result, failure = "error", "sync was cancelled by something it awaited"
         except RequeueAfter as again:
-            result = "requeue"
+            result, logged = "requeue", again.error
             if again.seconds > 0:
                 self.queue.add_after(key, again.seconds)
             else:  # an immediate re-add would spin the key; the rate limiter backs off until a sync succeeds
@@ -237,11 +245,17 @@ class Controller(ABC):
                 finished = self.log_lines.finished
                 # One dict: a line that declares `duration` too gets the runtime's, klog's last duplicate.
                 self.log.v(4).info(finished.msg, **{**self._kv(finished, key), "duration": go_duration(elapsed)})
-        if failure is not None:  # after "Finished syncing": KCM logs that in the sync, this in the worker
+        # After "Finished syncing": KCM logs that in the sync, this in the worker.
+        if failure is not None:
             self._failed(key, failure)
+        elif logged is not None:
+            self._log_failure(key, logged)
 
     def _failed(self, key: str, err: Exception | str) -> None:
         metrics.controller_sync_errors_by(self.name).inc()
+        self._log_failure(key, err)
+        self.queue.add_rate_limited(key)
+
+    def _log_failure(self, key: str, err: BaseException | str) -> None:
         line = self.log_lines.failed
         self.log.error(line.err.format(err=one_line(err), key=key), line.msg, **self._kv(line, key))
-        self.queue.add_rate_limited(key)

@@ -213,11 +213,10 @@ class PodControllerRefManager:
 
     async def _release(self, pod: Obj) -> None:
         meta = pod["metadata"]
-        log.v(2).info(
-            "Patching pod to remove its controllerRef",
-            pod=kobj(pod),
-            controller=self.owner["metadata"]["name"],
-        )
+        if (v2 := log.v(2)).enabled():  # gvk: Go's GroupVersionKind.String(), "apps/v1, Kind=ReplicaSet"
+            group_version = self.api_version if "/" in self.api_version else f"/{self.api_version}"
+            v2.info("Patching pod to remove its controllerRef", pod=kobj(pod), gvk=f"{group_version}, Kind={self.kind}",
+                    controller=self.owner["metadata"]["name"])
         patch = release_patch(meta["uid"], [self.owner["metadata"]["uid"]])
         try:
             await self._patch_pod(meta["namespace"], meta["name"], patch)

@@ -11,9 +11,11 @@ null, numbers, lists and dicts as Go's JSON (map keys sorted), an object referen
 as "ns/name", a list of them (`kobj_slice`) as ["ns/a","b"]. One difference, on purpose: a value
 with line breaks stays on its line, escaped, where klog writes a `key=<` block of lines (one line
 per action).
-JSON (`--logging-format json`): one object a line with ts, logger, caller, msg, v (not on errors)
-and the key/values, which never replace the entry's own ts, caller, msg, v or level; an object
-reference is {"name": ..., "namespace": ...}, as klog.KObj through zapr, a `kobj_slice` a list of them.
+JSON (`--logging-format json`): one object a line with ts, logger (a named logger's line only),
+caller, msg, v (not on errors) and the key/values, which never replace the entry's own ts, caller,
+msg, v or level; an object reference is {"name": ..., "namespace": ...}, as klog.KObj through zapr,
+a `kobj_slice` a list of them. `log.named("replicaset-controller")` is klog.LoggerWithName: its
+lines carry logger="replicaset-controller" first, as KCM's controllers' event handlers' do.
 A key may be named like a method's parameter (`msg=`, `err=`). Other loggers' warnings and errors
 (asyncio, urllib3, Python's warnings) come out in the same format.
 """
@@ -38,10 +40,13 @@ _verbosity = 0
 
 
 class Logger:
-    def __init__(self, name: str, level: int = 0, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self, name: str, level: int = 0, logger: logging.Logger | None = None, klog_name: str = ""
+    ) -> None:
         self._logger = logger or logging.getLogger(f"pykcm.{name}")
         self._name = name
         self._level = level
+        self._klog_name = klog_name  # named(): its lines' logger=
         # v() is called on hot paths (per pod, per sync): one Logger per level, made once, since
         # logging.getLogger takes a lock.
         self._levels: dict[int, Logger] = {level: self}
@@ -49,8 +54,19 @@ class Logger:
     def v(self, level: int) -> Logger:
         leveled = self._levels.get(level)
         if leveled is None:
-            leveled = self._levels[level] = Logger(self._name, level, self._logger)
+            leveled = self._levels[level] = Logger(self._name, level, self._logger, self._klog_name)
         return leveled
+
+    def named(self, name: str) -> Logger:
+        """klog.LoggerWithName: lines with logger="<name>" first (klog's WithName prepends it; names
+        join with "."), as KCM's from the logger a controller's constructor gets. An unnamed logger's
+        lines (KCM's Run and sync) have no logger key, in text or JSON."""
+        return Logger(self._name, self._level, self._logger, f"{self._klog_name}.{name}" if self._klog_name else name)
+
+    @property
+    def named_as(self) -> str:
+        """The name named() gave ("" for none)."""
+        return self._klog_name
 
     def enabled(self) -> bool:
         return self._level <= _verbosity
@@ -58,12 +74,18 @@ class Logger:
     # msg and err are positional-only: a key/value may be named `msg` or `err` (logr's are a list).
     def info(self, msg: str, /, **kv: Any) -> None:
         if self._level <= _verbosity:
+            if self._klog_name:
+                kv = {"logger": self._klog_name, **kv}
             self._logger.info(msg, extra={"kv": kv, "v": self._level}, stacklevel=2)
 
     def warning(self, msg: str, /, **kv: Any) -> None:
+        if self._klog_name:
+            kv = {"logger": self._klog_name, **kv}
         self._logger.warning(msg, extra={"kv": kv, "v": 0}, stacklevel=2)
 
     def error(self, err: BaseException | str | None, msg: str, /, **kv: Any) -> None:
+        if self._klog_name:
+            kv = {"logger": self._klog_name, **kv}
         if err is not None:
             kv = {**kv, "err": one_line(err)}
         self._logger.error(msg, extra={"kv": kv, "v": 0}, stacklevel=2)
@@ -167,8 +189,25 @@ def kobj_slice(objs: Iterable[Mapping[str, Any]]) -> ObjectRefSlice:
     return ObjectRefSlice([kobj(obj) for obj in objs])
 
 
+class NilStringer:
+    """A nil pointer to a type with a String method as a value (a pod's DeletionTimestamp when it has
+    none): klog's text writes the panic its String() raises, recovered; zap's JSON writes "<nil>"."""
+
+    __slots__ = ()
+    TEXT = '"<panic: runtime error: invalid memory address or nil pointer dereference>"'
+
+    def __repr__(self) -> str:
+        return "NIL_STRINGER"
+
+    def as_json(self) -> str:
+        return "<nil>"
+
+
+NIL_STRINGER = NilStringer()
+
+
 def _json_default(value: Any) -> Any:
-    return value.as_json() if isinstance(value, ObjectRef | ObjectRefSlice) else str(value)
+    return value.as_json() if isinstance(value, ObjectRef | ObjectRefSlice | NilStringer) else str(value)
 
 
 # Go's encoding/json (klog's text values) escapes these; orjson writes them as they are.
@@ -213,6 +252,8 @@ def _render(value: Any) -> str:
         return int.__repr__(value)  # an IntEnum too: as the number, as Go's JSON
     if isinstance(value, float):
         return _go_float(value)
+    if value is NIL_STRINGER:
+        return NilStringer.TEXT
     return _go_json(value)
 
 
@@ -245,22 +286,29 @@ _OWN_FIELDS = frozenset({"ts", "caller", "msg", "v", "level"})
 
 class JsonFormatter(logging.Formatter):
     """KCM's JSON lines (component-base's zap encoder, through zapr): "ts" in milliseconds since the
-    epoch, the logger's name, "caller" as dir/file:line, "msg", "v", then the key-values. An error has
-    no "v" (zapr's Error writes none: that is how a reader tells errors from info); a warning has
-    "v":0 (klog logs it through Info). pykcm adds "level" to warnings and errors. Another logger's
-    exception is its "err", traceback and all, in the one line."""
+    epoch, "logger" for a named logger's line only (zap's LoggerKey; the key/value `logger`, as
+    `named()` and utilruntime's "UnhandledError" lines give it), "caller" as dir/file:line, "msg",
+    "v", then the key-values. An error has no "v" (zapr's Error writes none: that is how a reader
+    tells errors from info); a warning has "v":0 (klog logs it through Info). pykcm adds "level" to
+    warnings and errors. Another library's line names its Python logger; its exception is its
+    "err", traceback and all, in the one line."""
 
     def format(self, record: logging.LogRecord) -> str:
         caller = f"{os.path.basename(os.path.dirname(record.pathname))}/{record.filename}:{record.lineno}"
-        entry: dict[str, Any] = {"ts": record.created * 1000, "logger": record.name.removeprefix("pykcm."),
-                                 "caller": caller, "msg": record.getMessage()}
+        entry: dict[str, Any] = {"ts": record.created * 1000}
+        kv = getattr(record, "kv", None)
+        if kv is None:  # another library's line (asyncio's, urllib3's)
+            entry["logger"] = record.name
+            kv = {}
+        elif "logger" in kv:
+            entry["logger"] = kv["logger"]
+        entry["caller"], entry["msg"] = caller, record.getMessage()
         if record.levelno >= logging.ERROR:
             entry["level"] = "error"
         else:
             entry["v"] = getattr(record, "v", 0)
             if record.levelno == logging.WARNING:
                 entry["level"] = "warning"
-        kv = getattr(record, "kv", {})
         if not _OWN_FIELDS.isdisjoint(kv):
             kv = {k: v for k, v in kv.items() if k not in _OWN_FIELDS}
         entry.update(kv)

@@ -3,6 +3,8 @@ refs, pods from templates and the stale-cache check."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from pykcm.client.resources import PODS, REPLICASETS
@@ -17,6 +19,7 @@ from pykcm.controller.selectors import (
     selector_from_label_selector,
     selector_from_set,
 )
+from pykcm.util.log import KlogFormatter, get_logger
 
 # -- selectors --------------------------------------------------------------------------------------
 
@@ -128,6 +131,59 @@ def test_expectations_can_go_negative_and_replace_resets() -> None:
     assert exp.get("k").add == -1 and exp.satisfied("k")
     exp.expect_creations("k", 2)
     assert exp.get("k").add == 2
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+def test_expectations_log_kcms_lines_through_the_logger_given(
+    verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # controller_utils.go: the record is logged as expectations={} (Go's JSON of a struct with only
+    # unexported fields); an event handler passes the controller's named logger, a sync its own.
+    clock = [0.0]
+    exp = ControllerExpectations(clock=lambda: clock[0])
+    handlers = get_logger("replicaset").named("replicaset-controller")
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        exp.satisfied("ns/web")
+        exp.expect_creations("ns/web", 1)
+        exp.satisfied("ns/web")
+        exp.creation_observed("ns/web", handlers)
+        exp.satisfied("ns/web")
+        exp.expect_deletions("ns/web", ["ns/b", "ns/a"])
+        exp.deletion_observed("ns/web", "ns/unrelated", handlers)  # not waited for: no line
+        exp.deletion_observed("ns/web", "ns/b", handlers)
+        clock[0] += EXPECTATIONS_TIMEOUT + 1
+        exp.satisfied("ns/web")
+        exp.expect_deletions("ns/web", ["ns/c"])  # ns/a still pending: clobbered
+        exp.lower("ns/gone", 1, 0)  # no record: no line
+    named = {"logger": "replicaset-controller"}
+    assert [(r.getMessage(), r.kv) for r in caplog.records] == [  # type: ignore[attr-defined]
+        ("Controller either never recorded expectations, or the ttl expired", {"controller": "ns/web"}),
+        ("Setting expectations", {"expectations": {}}),
+        ("Controller still waiting on expectations", {"expectations": {}}),
+        ("Lowered expectations", {**named, "expectations": {}}),
+        ("Controller expectations fulfilled", {"expectations": {}}),
+        ("Controller waiting on deletions", {"controller": "ns/web", "keys": ["ns/b", "ns/a"]}),
+        ("Setting expectations", {"expectations": {}}),
+        ("Controller received delete for pod", {**named, "controller": "ns/web", "key": "ns/b"}),
+        ("Lowered expectations", {**named, "expectations": {}}),
+        ("Controller expectations expired", {"expectations": {}}),
+        ("Controller waiting on deletions", {"controller": "ns/web", "keys": ["ns/c"]}),
+        ("Clobbering existing delete keys", {"keys": {"ns/a": {}}}),
+        ("Setting expectations", {"expectations": {}}),
+    ]
+    text = [KlogFormatter().format(r).partition("] ")[2] for r in caplog.records]
+    assert text[3] == '"Lowered expectations" logger="replicaset-controller" expectations={}'
+    assert text[11] == '"Clobbering existing delete keys" keys={"ns/a":{}}'  # a sets.String, Go's JSON of a map
+    assert caplog.records[11].levelno == logging.ERROR
+
+
+def test_expectations_log_nothing_below_v4(caplog: pytest.LogCaptureFixture) -> None:
+    exp = ControllerExpectations()
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        exp.expect_deletions("ns/web", ["ns/a"])
+        exp.deletion_observed("ns/web", "ns/a")
+        assert exp.satisfied("ns/web")
+    assert caplog.records == []
 
 
 # -- controller refs --------------------------------------------------------------------------------

@@ -12,9 +12,10 @@ import pytest
 
 from pykcm.app.options import Options
 from pykcm.client.errors import ServiceUnavailable
-from pykcm.controller import KEY, Controller, ControllerContext, Line, LogLines
+from pykcm.controller import KEY, Controller, ControllerContext, Line, LogLines, RequeueAfter
 from pykcm.controller.podcontrol import PodControl
 from pykcm.controllers.namespace.controller import NamespaceController
+from pykcm.controllers.namespace.deleter import NoResourcesDiscovered
 from pykcm.controllers.replicaset.controller import ReplicaSetController
 from pykcm.controllers.serviceaccount import ServiceAccountController
 from pykcm.informers.factory import SharedInformerFactory
@@ -117,7 +118,7 @@ async def test_the_namespace_controller_says_it_starts_its_workers_at_v5(
 ) -> None:
     controller = build(NamespaceController)
 
-    async def no_discovery() -> None:
+    async def no_discovery(_log: object) -> None:
         pass
 
     controller.deleter.init_op_cache = no_discovery  # type: ignore[method-assign]
@@ -187,3 +188,44 @@ async def test_pod_control_names_pods_as_klog_object_references(
         ("Pod has already been deleted.", {"pod": kref("ns", "gone")}),
     ]
     assert json.loads(JsonFormatter().format(caplog.records[0]))["pod"] == {"name": name, "namespace": "ns"}
+
+
+@pytest.mark.parametrize("verbosity", [4], indirect=True)
+async def test_a_requeue_carrying_an_error_logs_the_failed_line_after_finished_but_backs_off_not(
+    verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # KCM's stale-cache check returns an error (its worker logs it); pykcm looks again after a fixed delay.
+    controller = build(Plugin)
+
+    async def sync(_key: str) -> None:
+        raise RequeueAfter(30, error="read version: 5 is not as new as written version: 7")
+
+    controller.sync = sync  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await controller._process("ns/x")
+    assert [line(r) for r in caplog.records] == [
+        ("Finished syncing", {"controller": "greeter-controller", "key": "ns/x"}),
+        ("Error syncing, requeuing", {"controller": "greeter-controller", "key": "ns/x",
+                                      "err": "read version: 5 is not as new as written version: 7"})]
+    assert controller.queue.num_requeues("ns/x") == 0
+
+
+async def test_the_namespace_deleters_discovery_lines_come_from_the_controllers_named_logger(
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    # KCM's deleter discovers in the controller's constructor, with its named logger; the failure is
+    # utilruntime.HandleErrorWithContext's, named "UnhandledError" under it.
+    controller = build(NamespaceController)
+
+    async def unavailable() -> None:
+        raise FAILURE
+
+    controller.deleter.discover = unavailable  # type: ignore[assignment]
+    with caplog.at_level(logging.INFO, logger="pykcm"), pytest.raises(NoResourcesDiscovered):
+        await controller.run()
+    [record] = [r for r in caplog.records if r.getMessage() == "Unable to get all supported resources from server"]
+    assert line(record) == ("Unable to get all supported resources from server",
+                            {"logger": "namespace-controller.UnhandledError", "err": "etcd is down"})
+    assert KlogFormatter().format(record).endswith(
+        '"Unable to get all supported resources from server" err="etcd is down"'
+        ' logger="namespace-controller.UnhandledError"')

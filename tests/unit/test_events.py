@@ -392,3 +392,22 @@ async def test_an_unsupported_event_type_is_said_with_client_gos_key(caplog: pyt
         await record_all(recorder_with(FakeApi()), (pod(0), "Info", "Synced", "hello"))
     [line] = [r for r in caplog.records if r.getMessage() == "Unsupported event type"]
     assert line.kv["eventType"] == "Info" and "type" not in line.kv  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("verbosity", [3], indirect=True)
+async def test_a_recorder_named_for_a_controller_logs_through_its_named_logger(
+    verbosity: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # KCM's controllers make their broadcasters with the logger their constructor gets, named after
+    # them (logger= first); the leader election's is the manager's, unnamed.
+    named = EventRecorder(FakeApi(), "replicaset-controller", log_verbosity=3,  # type: ignore[arg-type]
+                          log_name="replicaset-controller")
+    unnamed = EventRecorder(FakeApi(), "pykcm", log_verbosity=3)  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="pykcm.events"):
+        await record_all(named, created(pod(0), 0), (pod(1), "Info", "x", "y"))
+        await record_all(unnamed, created(pod(2), 2))
+    said = [r.kv for r in caplog.records if r.getMessage() == "Event occurred"]  # type: ignore[attr-defined]
+    assert [list(kv) for kv in said] == [["logger", *EVENT_OCCURRED_KEYS], EVENT_OCCURRED_KEYS]
+    assert said[0]["logger"] == "replicaset-controller"
+    [refused] = [r.kv for r in caplog.records if r.getMessage() == "Unsupported event type"]  # type: ignore[attr-defined]
+    assert refused["logger"] == "replicaset-controller"

@@ -59,13 +59,36 @@ def test_json_lines_carry_key_values_and_verbosity(capsys, restored_logging):
     assert lines[0]["replicaSet"] == "ns/web" and lines[0]["v"] == 0 and lines[1]["v"] == 4
     assert lines[2]["level"] == "error" and lines[2]["err"] == "quota exceeded"
     # component-base's JSON (zapr): an error is the line without "v"; klog writes a warning through Info, "v":0.
-    assert "v" not in lines[2] and list(lines[2])[:4] == ["ts", "logger", "caller", "msg"]
+    assert "v" not in lines[2] and list(lines[2])[:3] == ["ts", "caller", "msg"]
     assert list(lines[2])[-1] == "err"  # zapr's Error adds it after the key-values
     assert lines[3]["v"] == 0 and lines[3]["level"] == "warning"
     # As KCM's JSON: milliseconds since the epoch, and where the line was logged from.
     assert abs(lines[0]["ts"] - time.time() * 1000) < 60_000
-    assert lines[0]["logger"] == "replicaset" and re.fullmatch(r"unit/test_log\.py:\d+", lines[0]["caller"])
-    assert list(lines[0])[:5] == ["ts", "logger", "caller", "msg", "v"]
+    assert re.fullmatch(r"unit/test_log\.py:\d+", lines[0]["caller"])
+    # zap writes "logger" only for a named logger: KCM's Run and sync lines have none.
+    assert list(lines[0])[:4] == ["ts", "caller", "msg", "v"]
+
+
+def test_a_named_loggers_lines_carry_its_name_first_as_klogs_and_zaprs(capsys, restored_logging):
+    # KCM hands a controller's constructor klog.LoggerWithName(logger, "replicaset-controller"): its event
+    # handlers' lines carry logger= first (klog's WithName prepends it), after err on an error line.
+    handlers = log.get_logger("replicaset").named("replicaset-controller")
+    for fmt in ("text", "json"):
+        log.setup(4, fmt)
+        handlers.v(4).info("Adding", replicaSet=log.kref("ns", "web"))
+        handlers.error("boom", "Failed", key="ns/web")
+        handlers.named("UnhandledError").error(None, "Unhandled Error")
+    text = capsys.readouterr().err.strip().splitlines()
+    assert text[0].endswith('] "Adding" logger="replicaset-controller" replicaSet="ns/web"')
+    assert text[1].endswith('] "Failed" err="boom" logger="replicaset-controller" key="ns/web"')
+    assert text[2].endswith('] "Unhandled Error" logger="replicaset-controller.UnhandledError"')
+    adding, failed, unhandled = (json.loads(line) for line in text[3:])
+    assert list(adding) == ["ts", "logger", "caller", "msg", "v", "replicaSet"]
+    assert adding["logger"] == "replicaset-controller" and adding["v"] == 4
+    assert list(failed) == ["ts", "logger", "caller", "msg", "level", "key", "err"]
+    assert unhandled["logger"] == "replicaset-controller.UnhandledError"
+    assert handlers.v(4).named("x") is not handlers  # a leveled logger keeps its name, and names further
+    assert handlers.v(4).enabled() and not log.get_logger("replicaset").named("n").v(9).enabled()
 
 
 def test_a_verbosity_level_logger_is_made_once() -> None:
@@ -180,9 +203,10 @@ def test_other_loggers_warnings_and_errors_come_out_once_in_json(capsys, caplog,
     warnings.warn("old API", UserWarning, stacklevel=1)
     log.get_logger("replicaset").info("Synced")
     entries = json_lines(capsys)  # each a line of JSON: json.loads would fail on a bare traceback line
-    assert [(e["logger"], e["msg"].splitlines()[0]) for e in entries] == [
+    # Another library's line names its logger (there is no KCM line to be like); pykcm's unnamed one none.
+    assert [(e.get("logger"), e["msg"].splitlines()[0]) for e in entries] == [
         ("asyncio", "Task exception was never retrieved"), ("urllib3.connectionpool", "Retrying"),
-        ("py.warnings", entries[2]["msg"].splitlines()[0]), ("replicaset", "Synced")]
+        ("py.warnings", entries[2]["msg"].splitlines()[0]), (None, "Synced")]
     assert "UserWarning: old API" in entries[2]["msg"]
     failed = entries[0]
     assert failed["level"] == "error" and "v" not in failed and failed["msg"].endswith("future: <Task>")

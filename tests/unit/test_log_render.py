@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pykcm.util.log import KlogFormatter, _render, go_quote, kobj_slice, kref
+from pykcm.util.log import NIL_STRINGER, JsonFormatter, KlogFormatter, _render, go_quote, kobj_slice, kref
 
 
 @pytest.mark.parametrize(("text", "quoted"), [
@@ -64,3 +64,14 @@ def test_the_message_is_quoted_as_go_and_stays_on_one_line() -> None:
     record = logging.LogRecord("pykcm.demo", logging.INFO, "x.py", 1, 'Pod "a"\nb\x1b', None, None)
     record.kv = {"err": None}  # type: ignore[attr-defined]
     assert KlogFormatter().format(record).endswith('] "Pod \\"a\\"\\nb\\x1b" err=null')
+
+
+def test_a_nil_stringer_is_klogs_recovered_panic_in_text_and_zaps_nil_in_json() -> None:
+    # A nil *metav1.Time (a pod's DeletionTimestamp): klog calls String(), which panics on the nil
+    # pointer, and writes the recovered panic; zap's Stringer encoder writes "<nil>" for a nil pointer.
+    record = logging.LogRecord("pykcm.demo", logging.INFO, "x.py", 1, "Pod deleted", None, None)
+    record.kv = {"deletion_timestamp": NIL_STRINGER}  # type: ignore[attr-defined]
+    assert KlogFormatter().format(record).endswith(
+        '] "Pod deleted" deletion_timestamp="<panic: runtime error: invalid memory address or nil pointer'
+        ' dereference>"')
+    assert '"deletion_timestamp":"<nil>"' in JsonFormatter().format(record)

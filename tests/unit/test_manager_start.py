@@ -86,6 +86,8 @@ async def test_each_controllers_events_are_logged_at_its_kcm_broadcasters_level(
     await mgr.client.close()
     levels = {c.name: c.events.log_verbosity for c in mgr.controllers}
     assert levels == {"replicaset-controller": 3, "namespace-controller": None, "serviceaccount-controller": None}
+    # Each broadcaster is made in its controller's constructor, whose logger is named after it.
+    assert {c.name: c.events._log.named_as for c in mgr.controllers} == {c.name: c.name for c in mgr.controllers}
 
 
 class DrainingController:

@@ -274,4 +274,5 @@ async def test_an_orphan_pod_added_is_logged_only_when_a_replica_set_matches_it(
     with caplog.at_level(logging.INFO, logger="pykcm"):
         h.ctrl.pod_added(make_pod("stray", labels={"app": "other"}))
         h.ctrl.pod_added(make_pod("orphan"))
-    assert lines(caplog, "Orphan Pod created") == [("Orphan Pod created", {"pod": kref(NS, "orphan")})]
+    assert lines(caplog, "Orphan Pod created") == [
+        ("Orphan Pod created", {"logger": "replicaset-controller", "pod": kref(NS, "orphan")})]  # a handler's: named
