@@ -222,8 +222,8 @@ class ReplicaSetController(Controller):
             return
         # An orphan: wake every ReplicaSet that might adopt it (no expectation waits on orphans).
         matching = self.pod_replica_sets(pod)
-        if matching:
-            self.named_log.v(4).info("Orphan Pod created", pod=kobj(pod))
+        if matching and (log := self.named_log.v(4)).enabled():
+            log.info("Orphan Pod created", pod=kobj(pod))
         for rs in matching:
             self.enqueue(rs)
 
@@ -259,8 +259,8 @@ class ReplicaSetController(Controller):
                 self.enqueue_after(rs, min_ready)
             return
         if labels_changed or ref_changed:
-            if matching := self.pod_replica_sets(cur):
-                self.named_log.v(4).info("Orphan Pod objectMeta updated.", pod=kobj(old))
+            if (matching := self.pod_replica_sets(cur)) and (log := self.named_log.v(4)).enabled():
+                log.info("Orphan Pod objectMeta updated.", pod=kobj(old))
             for rs in matching:
                 self.enqueue(rs)
 

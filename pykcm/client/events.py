@@ -69,7 +69,8 @@ class EventRecorder:
     def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Queue an event about `obj` (a full object or one with kind/apiVersion/metadata)."""
         if type_ not in (NORMAL, WARNING):  # client-go's ValidateEventType: a plugin's mistake, not written
-            self._log.error(None, "Unsupported event type", eventType=type_, reason=reason)  # reason: pykcm's addition
+            # The recorder's side logs unnamed (client-go's klog.Background()), the sender's named.
+            log.error(None, "Unsupported event type", eventType=type_, reason=reason)  # reason: pykcm's addition
             return
         meta = obj["metadata"]
         involved = {
@@ -100,8 +101,8 @@ class EventRecorder:
             self._dropped += 1
             now = time.monotonic()
             if now - self._drop_logged_at >= DROP_LOG_INTERVAL:
-                self._log.error(None, "Dropping events, queue full", dropped=self._dropped, reason=reason,
-                                **_about(involved))
+                log.error(None, "Dropping events, queue full", dropped=self._dropped, reason=reason,
+                          **_about(involved))
                 self._dropped, self._drop_logged_at = 0, now
             return
         if self._event_log is not None and self._event_log.enabled():  # client-go's keys, in its order

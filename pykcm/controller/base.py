@@ -49,7 +49,8 @@ class RequeueAfter(Exception):
     controller-runtime's `Requeue: true`: it backs off like an error (without being logged as one)
     instead of running the key again at once, which would spin it on the shared event loop.
     `error`, where KCM's sync returns one here, is logged as the controller's failed line (KCM's
-    worker logs it), and the key still comes back after `seconds`, not the error backoff."""
+    worker logs it) but not counted as a sync error; the key comes back as the delay says, after
+    `seconds` or, for a delay <= 0, with the backoff."""
 
     def __init__(self, seconds: float, error: BaseException | str | None = None) -> None:
         super().__init__(f"requeue after {seconds:g}s")
@@ -93,7 +94,7 @@ class LogLines:
 
     start: Line  # the controller starts, before it waits for its caches (KCM's order)
     stop: Line  # it ends, however: drained, cancelled (its caches' wait too) or crashed
-    failed: Line  # a sync raised (an error line, with err=); it is retried with backoff
+    failed: Line  # a sync raised (an error line, with err=), retried with backoff; or a RequeueAfter's error
     finished: Line  # at V(4), after every sync, with duration=
     workers: Line | None = None  # at V(5), as the workers start
 

@@ -12,9 +12,10 @@ pods and create them again. KCM's `ControllerExpectations` plus
 - a key is satisfied when it has no record, its counts are <= 0, or the record is older than
   five minutes: the safety valve against a lost watch event. Counts may go negative.
 
-The lines are KCM's, at V(4), through the logger the caller gives (KCM's take a logger): an event
-handler's is the controller's named one, a sync's unnamed. A record is written `expectations={}`,
-as klog and zap write KCM's (Go's JSON of a struct whose fields are unexported).
+The lines are KCM's (at V(4); "Clobbering existing delete keys" an error), through the logger
+the caller gives (KCM's take a logger): an event handler's is the controller's named one, a
+sync's unnamed. A record is written `expectations={}`, as klog and zap write KCM's (Go's JSON of
+a struct whose fields are unexported).
 """
 
 from __future__ import annotations

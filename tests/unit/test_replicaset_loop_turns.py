@@ -138,6 +138,38 @@ async def test_the_deletion_sort_hands_the_loop_back_between_runs_and_within_mer
     assert ordered == sorted(items) and turns.count >= SMALL
 
 
+async def test_each_run_of_the_deletion_sort_is_sorted_on_a_turn_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timeslice, "SLICE", 60.0)  # no slice ends by time: only the pause before each run
+    monkeypatch.setattr(podutil, "_SORT_RUN", 8)
+    turns_at_sort: list[int] = []
+
+    def recording_sorted(items: list[int]) -> list[int]:
+        turns_at_sort.append(turns.count)
+        return sorted(items)
+
+    monkeypatch.setattr(podutil, "sorted", recording_sorted, raising=False)
+    async with LoopTurns() as turns:
+        await podutil._sorted_handing_back(list(range(64, 0, -1)), TimeSlice())  # type: ignore[arg-type]
+    assert len(turns_at_sort) == 8 and turns_at_sort == sorted(set(turns_at_sort))
+
+
+class _Tied:
+    """Ordered by `rank` alone: equal ranks are ties whose input order a stable sort keeps."""
+
+    def __init__(self, rank: int, name: str) -> None:
+        self.rank, self.name = rank, name
+
+    def __lt__(self, other: _Tied) -> bool:
+        return self.rank < other.rank
+
+
+async def test_the_deletion_sorts_merge_keeps_tied_pods_in_their_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(podutil, "_SORT_RUN", 7)
+    items = [_Tied(i * 7 % 5, f"p{i}") for i in range(100)]
+    ordered = await podutil._sorted_handing_back(items, TimeSlice())  # type: ignore[arg-type]
+    assert [t.name for t in ordered] == [t.name for t in sorted(items)]
+
+
 async def test_the_availability_recheck_hands_the_loop_back_then_reads_the_clock() -> None:
     # KCM picks the earliest pod as of the status evaluation, then reads its clock once more.
     pods = [make_pod(f"p{i}", status=ready_status(seconds_ago=i)) for i in range(1, SMALL + 1)]
