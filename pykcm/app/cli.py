@@ -379,6 +379,13 @@ def _value_options(command: str) -> frozenset[str]:
     return frozenset(name for param in params if not getattr(param, "is_flag", True) for name in param.opts)
 
 
+def _option_names(command: str) -> frozenset[str]:
+    """Every option name of `command`, its help's too."""
+    group = _command()
+    names = {name for param in group.commands[command].params for name in (*param.opts, *param.secondary_opts)}
+    return frozenset(names | set(group.context_settings["help_option_names"]))  # a command's help: the group's
+
+
 def _bare_group_help(args: list[str]) -> str | None:
     """The help of a command group given without a command (`pykcm`, `pykcm testenv`): answered here,
     as a usage error, because click before 8.2 exits 0 there and later ones 2."""
@@ -400,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             args = kcmflags.translate_pflag_forms(sys.argv[1:] if argv is None else list(argv))
             if args[:1] == ["run"]:
-                args, kcm = kcmflags.split_kcm_flags(args, _value_options("run"))
+                args, kcm = kcmflags.split_kcm_flags(args, _value_options("run"), _option_names("run"))
             else:
                 kcmflags.check_version_values(args)
         except kcmflags.FlagError as err:

@@ -13,16 +13,12 @@ they mean what they mean to KCM and a bad one is refused in KCM's words, whateve
 
 from __future__ import annotations
 
-import math
-import re
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from pykcm.app.featuregates import go_bool
-from pykcm.app.options import FLOAT32_LIMIT
 from pykcm.util.durations import DurationError, parse_duration
+from pykcm.util.gostrconv import go_float, go_int, go_uint
 from pykcm.util.log import go_quote
 
 
@@ -173,9 +169,13 @@ def pflag_words(argv: list[str], takes_value: Callable[[str], bool] = lambda _: 
         i += 1
 
 
-def split_kcm_flags(argv: list[str], value_options: frozenset[str] = frozenset()) -> tuple[list[str], KcmFlags]:
+def split_kcm_flags(
+    argv: list[str], value_options: frozenset[str] = frozenset(), own_options: frozenset[str] | None = None
+) -> tuple[list[str], KcmFlags]:
     """`argv` without the KCM flags pykcm ignores or refuses (with their values), and which, its numbers
-    in plain decimal; FlagError where pflag (or KCM's check of --logging-format) would refuse one."""
+    in plain decimal; FlagError where pflag (or KCM's check of --logging-format) would refuse one.
+    With `own_options` (the command's option names), a flag neither names is refused where it stands,
+    as pflag refuses an unknown flag before a malformed value further on."""
 
     def takes_value(flag: str) -> bool:
         return flag in IGNORED_VALUE_FLAGS or flag in REFUSED_FLAGS or flag in ACCEPTED_VALUE_FLAGS or (
@@ -188,6 +188,9 @@ def split_kcm_flags(argv: list[str], value_options: frozenset[str] = frozenset()
     found = KcmFlags()
     log_format = None
     for word in map(_short_verbosity, pflag_words(argv, word_after_is_value)):
+        if own_options is not None and _is_flag(word.flag) and word.flag not in own_options and not (
+                takes_value(word.flag) or word.flag in IGNORED_BOOL_FLAGS):
+            raise FlagError(_unknown_flag(word.flag))
         _check_syntax(word, takes_value(word.flag))
         if word.flag in ACCEPTED_VALUE_FLAGS and word.value is not None:
             kept += _plain_number(word.flag, word.value)
@@ -203,6 +206,17 @@ def split_kcm_flags(argv: list[str], value_options: frozenset[str] = frozenset()
     if log_format is not None and log_format not in LOG_FORMATS:  # KCM checks it once the flags parse
         raise FlagError(f"format: Invalid value: {go_quote(log_format)}: Unsupported log format")
     return kept, found
+
+
+def _is_flag(word: str) -> bool:
+    return word.startswith("-") and word not in ("-", "--")
+
+
+def _unknown_flag(flag: str) -> str:
+    """pflag's words for a flag no one defines (a shorthand by its first letter)."""
+    if flag.startswith("--"):
+        return f"unknown flag: {flag}"
+    return f"unknown shorthand flag: '{flag[1]}' in {flag}"
 
 
 def check_version_values(argv: list[str]) -> None:
@@ -269,107 +283,6 @@ def _value_error(flag: str, text: str) -> str | None:
     except ValueError as err:
         return str(err)
     return None
-
-
-def go_int(text: str, bits: int) -> int:
-    """Go's strconv.ParseInt(text, 0, bits), as pflag parses an int flag; ValueError in Go's words."""
-    negative = text[:1] == "-"
-    magnitude, out_of_range = _parse_uint(text[1:] if text[:1] in ("+", "-") else text, 0, bits, text, "ParseInt")
-    if out_of_range or magnitude > 2 ** (bits - 1) - (0 if negative else 1):
-        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: value out of range")
-    return -magnitude if negative else magnitude
-
-
-def go_uint(text: str, bits: int) -> int:
-    """Go's strconv.ParseUint(text, 10, bits), as component-base's -v reads it; ValueError in Go's words."""
-    value, out_of_range = _parse_uint(text, 10, bits, text, "ParseUint")
-    if out_of_range:
-        raise ValueError(f"strconv.ParseUint: parsing {go_quote(text)}: value out of range")
-    return value
-
-
-def _parse_uint(digits: str, base: int, bits: int, text: str, func: str) -> tuple[int, bool]:
-    """Go's ParseUint loop: the value, and whether it overflowed `bits` before any bad character (Go
-    says "out of range" then, whatever follows); `text` and `func` name the syntax error."""
-    syntax = ValueError(f"strconv.{func}: parsing {go_quote(text)}: invalid syntax")
-    base0, rest = base == 0, digits
-    if base0:
-        base = 10
-        if digits[:1] == "0":
-            prefix = {"b": 2, "o": 8, "x": 16}.get(digits[1:2].lower()) if len(digits) >= 3 else None
-            base, rest = (prefix, digits[2:]) if prefix else (8, digits[1:])
-    if not digits:
-        raise syntax
-    value, underscores = 0, False
-    for char in rest:
-        if char == "_" and base0:
-            underscores = True
-            continue
-        digit = int(char, 36) if char.isascii() and char.isalnum() else 99
-        if digit >= base:
-            raise syntax
-        value = value * base + digit
-        if value >= 2**bits:
-            return 2**bits - 1, True
-    if underscores and not _underscore_ok(digits):
-        raise syntax
-    return value, False
-
-
-def _underscore_ok(text: str) -> bool:
-    """Go's strconv.underscoreOK: each `_` between digits (a base prefix counts as one)."""
-    number = text[1:] if text[:1] in ("+", "-") else text
-    saw, start, hex_digits = "^", 0, False
-    if len(number) >= 2 and number[0] == "0" and number[1].lower() in ("b", "o", "x"):
-        saw, start, hex_digits = "0", 2, number[1].lower() == "x"
-    for char in number[start:]:
-        if "0" <= char <= "9" or (hex_digits and "a" <= char.lower() <= "f"):
-            saw = "0"
-        elif char == "_":
-            if saw != "0":
-                return False
-            saw = "_"
-        elif saw == "_":
-            return False
-        else:
-            saw = "!"
-    return saw != "_"
-
-
-def go_float(text: str, bits: int) -> float:
-    """Go's strconv.ParseFloat(text, bits), hexadecimal floats too; ValueError in Go's words."""
-    quoted = go_quote(text)
-    if special := _GO_FLOAT_SPECIAL.fullmatch(text):
-        return float(special[0])
-    number = _GO_FLOAT.fullmatch(text)
-    if number is None or ("_" in text and not _underscore_ok(text)):
-        raise ValueError(f"strconv.ParseFloat: parsing {quoted}: invalid syntax")
-    plain = text.replace("_", "")
-    try:
-        value = float.fromhex(plain) if number["hex"] else float(plain)
-    except OverflowError:
-        value = math.inf
-    out_of_range = ValueError(f"strconv.ParseFloat: parsing {quoted}: value out of range")
-    if math.isinf(value):
-        raise out_of_range
-    if bits == 32 and abs(value) >= FLOAT32_LIMIT:
-        # From the midpoint of the largest float32 and 2**128 on, the exact value rounds (half to even)
-        # to infinity; a text just below it may read as the midpoint in float64.
-        if number["hex"] or Decimal(plain).copy_abs() >= Decimal(FLOAT32_LIMIT):
-            raise out_of_range
-        return math.copysign(_FLOAT32_MAX, value)  # Go's value
-    if bits == 32 and value and not struct.unpack("f", struct.pack("f", value))[0]:
-        return math.copysign(0.0, value)  # below float32's least: Go's 0, and a client's QPS 0 is the default
-    return value
-
-
-# Go's float syntax (strconv.readFloat): a decimal or hexadecimal mantissa with at least one digit, a
-# `p` exponent for a hexadecimal one; signed Inf or Infinity, unsigned NaN, in any case.
-_GO_FLOAT = re.compile(r"[+-]?(?:(?=[0-9_]*\.?[0-9_]*[0-9])[0-9_]*\.?[0-9_]*(?:[eE][+-]?[0-9][0-9_]*)?"
-                       r"|(?P<hex>0[xX](?=[0-9a-fA-F_]*\.?[0-9a-fA-F_]*[0-9a-fA-F])[0-9a-fA-F_]*\.?[0-9a-fA-F_]*"
-                       r"[pP][+-]?[0-9][0-9_]*))")
-_FLOAT32_MAX = 3.4028234663852886e38
-_GO_FLOAT_SPECIAL = re.compile(r"[+-]?inf(?:inity)?|nan", re.IGNORECASE)
 
 
 def left_to_kcm(spec: list[str], pykcm_names: set[str]) -> tuple[list[str], list[str]]:

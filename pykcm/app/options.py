@@ -15,6 +15,7 @@ from pykcm.client.rest import JSON
 from pykcm.serving.authz import misplaced_star
 from pykcm.serving.tlspolicy import tls_policy
 from pykcm.util.durations import go_duration
+from pykcm.util.gostrconv import FLOAT32_LIMIT
 from pykcm.util.log import go_quote
 
 INT32_MAX = (1 << 31) - 1  # a Lease's leaseDurationSeconds
@@ -74,7 +75,6 @@ def _controller_enabled(info: RegisteredController, entries: list[str], canonica
     return star and info.enabled_by_default
 
 
-FLOAT32_LIMIT = 3.4028235677973366e38  # from here a float32 rounds to infinity: Go's "value out of range"
 LEASES_RESOURCE_LOCK = "leases"  # the only lock KCM still has; endpoints/configmaps locks were removed
 LEADER_ELECTION_JITTER = 1.2  # client-go's JitterFactor: renew deadline must exceed retry period x this
 DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")

@@ -155,6 +155,12 @@ def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[s
         (["run", "--local", "--local-nodes=100000"],
          "Invalid value for '--local-nodes': 100000 is not in the range 0<=x<=8192."),
         (["run", "--local", "--local-nodes=-1"], "Invalid value for '--local-nodes'"),
+        # pflag reads left to right: an unknown flag before a malformed value is the one it names.
+        (["run", "--foo", "--concurrent-replicaset-syncs=abc"], "pykcm: error: unknown flag: --foo"),
+        (["run", "--concurrent-replicaset-syncs=abc", "--foo"], 'invalid argument "abc" for'),
+        (["run", "-x"], "pykcm: error: unknown shorthand flag: 'x' in -x"),
+        (["run", "-xyz", "-v=abc"], "pykcm: error: unknown shorthand flag: 'x' in -xyz"),
+        (["run", "--kubeconfig", "--foo", "--bar"], "pykcm: error: unknown flag: --bar"),  # --foo: the file's name
     ],
 )
 def test_bad_flags_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
