@@ -60,6 +60,12 @@ class VeryShortWatch(Exception):
     pass
 
 
+class WatchEndedWithError(Exception):
+    """An ERROR event in an open watch (not an expired version nor a 429): client-go's watch loop
+    logs it as a warning and lists again after the backoff; a failure to open the watch is its
+    watchErrorHandler's "Failed to watch" instead."""
+
+
 class Delay(Protocol):
     def next(self) -> float: ...
 
@@ -145,7 +151,7 @@ class Reflector:
                     log.v(2).info("Watch returned 429 - backing off", resource=self.label, err=one_line(err))
                 else:
                     log.v(4).info("Watch failed - backing off", resource=self.label, err=one_line(err))
-            except VeryShortWatch as err:
+            except (VeryShortWatch, WatchEndedWithError) as err:
                 self._drop_initial()
                 self._report("Warning: watch ended with error", one_line(err), warning=True)
                 return
@@ -215,7 +221,8 @@ class Reflector:
                 if "continue" not in params:
                     raise
                 # The continue token expired between pages: fall back to one full list.
-                log.info("Continue token expired, listing in full", resource=self.label)
+                # Not client-go's (its pager falls back without a word): pykcm's detail, at V(4).
+                log.v(4).info("Continue token expired, listing in full", resource=self.label)
                 full = await self.client.request("GET", path, params=self.params)
                 objects, items = full.pop("items", None) or [], []
                 for start in range(0, len(objects), PAGE_SIZE):  # seconds at 150,000 pods: not in one step
@@ -278,7 +285,10 @@ class Reflector:
                 obj = event.get("object") or {}
                 metrics.informer_events_by(self.label, kind or "UNKNOWN").inc()
                 if kind == "ERROR":
-                    raise error_from_status(int(obj.get("code") or 500), obj)
+                    error = error_from_status(int(obj.get("code") or 500), obj)
+                    if self._initial is not None or isinstance(error, Gone | TooManyRequests):
+                        raise error
+                    raise WatchEndedWithError(one_line(error)) from error
                 metadata = obj.get("metadata", {})
                 rv = metadata.get("resourceVersion", "")
                 if self._initial is not None:

@@ -437,6 +437,35 @@ async def test_a_retried_watch_failure_is_an_info_line_at_client_gos_level(
     assert [line[:3] for line in lines(caplog) if line[2] != "Caches populated"] == [("INFO", *said)]
 
 
+@pytest.mark.parametrize("verbosity", [0], indirect=True)
+async def test_an_error_event_in_an_open_watch_is_client_gos_warning_then_a_relist(verbosity: None, caplog) -> None:
+    # client-go's watch loop logs it and returns (a relist after the backoff); "Failed to watch" is
+    # its watchErrorHandler's, for a watch that could not be opened.
+    failure = {"type": "ERROR", "object": {"kind": "Status", "code": 500, "reason": "InternalError",
+                                           "message": "etcd is down"}}
+    client = ScriptedClient([page([cm("a", "1")], "10"), page([cm("b", "20")], "20")],
+                            watches=[[{"type": "ADDED", "object": cm("c", "11")}, failure], []])
+    queue = DeltaQueue()
+    reflector, backoff = reflector_with(client, queue)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        deltas = await run_until(reflector, queue, 3)
+    assert [d.type for d in deltas] == [DeltaType.REPLACED, DeltaType.ADDED, DeltaType.REPLACED]
+    said = [line for line in lines(caplog) if line[2] != "Caches populated"]
+    assert [line[:3] for line in said] == [("INFO", 0, "Warning: watch ended with error")]
+    assert said[0][3]["err"] == "etcd is down" and backoff.delays == 1
+
+
+@pytest.mark.parametrize("verbosity", [3], indirect=True)
+async def test_an_expired_continue_token_says_nothing_below_v4_as_client_gos_pager(verbosity: None, caplog) -> None:
+    client = ScriptedClient([page([cm("a", "1")], "10", cont="tok"), Gone(410, "Expired", "continue token expired"),
+                             page([cm("a", "1")], "12")])
+    queue = DeltaQueue()
+    reflector, _ = reflector_with(client, queue)
+    with caplog.at_level(logging.INFO, logger="pykcm"):
+        await run_until(reflector, queue, 1)
+    assert [line for line in lines(caplog) if line[2] != "Caches populated"] == []
+
+
 @pytest.mark.parametrize("verbosity", [4], indirect=True)
 async def test_a_failed_list_says_failed_to_watch_as_handle_error_then_once_a_minute(verbosity: None, caplog) -> None:
     refused = TransportError("dial tcp: connection refused")
