@@ -6,7 +6,8 @@ serving features pykcm lacks in a way that fails closed (request-header auth, SN
 profiling), or logging and metrics plumbing: pykcm accepts those, says once which it ignores,
 and starts. One would make it serve other TLS than asked if ignored (curves): it is refused.
 Controllers that KCM has and pykcm does not (`--controllers=*,bootstrapsigner,tokencleaner`)
-are left to KCM, said once likewise. Flags of KCM v1.36.3's `--help`; pykcm's own are not here.
+are left to KCM, said once likewise. Flags of KCM v1.36.3's `--help` and two deprecated ones it
+hides; pykcm's own are not here.
 The KCM numbers, durations and booleans pykcm acts on are read here as pflag reads them, so that
 they mean what they mean to KCM and a bad one is refused in KCM's words, whatever typer's version.
 """
@@ -37,7 +38,8 @@ IGNORED_DURATION_FLAGS = _words("""
 --horizontal-pod-autoscaler-sync-period --legacy-service-account-token-clean-up-period --log-flush-frequency
 --mirroring-endpointslice-updates-batch-period --node-monitor-grace-period --node-monitor-period
 --node-startup-grace-period --pvclaimbinder-sync-period --resource-quota-sync-period --route-reconciliation-period
-""")
+--node-sync-period
+""")  # --node-sync-period, like --allow-untagged-cloud below: deprecated and hidden from KCM's --help
 IGNORED_INT32_FLAGS = _words("""
 --concurrent-cron-job-syncs --concurrent-daemonset-syncs --concurrent-deployment-syncs
 --concurrent-device-taint-eviction-syncs --concurrent-endpoint-syncs --concurrent-ephemeralvolume-syncs
@@ -73,7 +75,8 @@ IGNORED_VALUE_FLAGS = (
 
 # Booleans (`--flag`, `--flag=false`).
 IGNORED_BOOL_FLAGS = _words("""
---allocate-node-cidrs --configure-cloud-routes --contention-profiling --disable-attach-detach-reconcile-sync
+--allow-untagged-cloud --allocate-node-cidrs --configure-cloud-routes --contention-profiling
+--disable-attach-detach-reconcile-sync
 --disable-force-detach-on-timeout --disable-http2-serving --enable-dynamic-provisioning
 --enable-garbage-collector --enable-hostpath-provisioner --enable-leader-migration
 --log-json-split-stream --log-text-split-stream --permit-address-sharing --permit-port-sharing
@@ -187,11 +190,13 @@ def split_kcm_flags(
     kept: list[str] = []
     found = KcmFlags()
     log_format = None
+    def known(flag: str) -> bool:
+        return own_options is None or flag in own_options or takes_value(flag) or flag in IGNORED_BOOL_FLAGS
+
     for word in map(_short_verbosity, pflag_words(argv, word_after_is_value)):
-        if own_options is not None and _is_flag(word.flag) and word.flag not in own_options and not (
-                takes_value(word.flag) or word.flag in IGNORED_BOOL_FLAGS):
-            raise FlagError(_unknown_flag(word.flag))
-        _check_syntax(word, takes_value(word.flag))
+        if (refusal := _unknown_flag(word, known)) is not None:
+            raise FlagError(refusal)
+        _check_syntax(word, takes_value(word.flag) or word.flag in value_options)
         if word.flag in ACCEPTED_VALUE_FLAGS and word.value is not None:
             kept += _plain_number(word.flag, word.value)
         elif word.flag == LOG_FORMAT_FLAG:
@@ -208,15 +213,19 @@ def split_kcm_flags(
     return kept, found
 
 
-def _is_flag(word: str) -> bool:
-    return word.startswith("-") and word not in ("-", "--")
-
-
-def _unknown_flag(flag: str) -> str:
-    """pflag's words for a flag no one defines (a shorthand by its first letter)."""
-    if flag.startswith("--"):
-        return f"unknown flag: {flag}"
-    return f"unknown shorthand flag: '{flag[1]}' in {flag}"
+def _unknown_flag(word: Word, known: Callable[[str], bool]) -> str | None:
+    """pflag's words for a flag it cannot read, or None: bad syntax (`---x`, `--=x`), a name no one
+    defines, a shorthand by its first letter. A group starting with -h is pflag's help (click's too)."""
+    raw = word.words[0]
+    if raw in ("-", "--") or not raw.startswith("-"):
+        return None
+    if raw.startswith("--"):
+        if raw[2] in "-=":
+            return f"bad flag syntax: {raw}"
+        return None if known(word.flag) else f"unknown flag: {word.flag}"
+    if raw.startswith("-h") or known(word.flag):
+        return None
+    return f"unknown shorthand flag: '{raw[1]}' in {raw}"
 
 
 def check_version_values(argv: list[str]) -> None:
@@ -297,7 +306,6 @@ def left_to_kcm(spec: list[str], pykcm_names: set[str]) -> tuple[list[str], list
         else:
             kept.append(entry)
     return kept, left
-
 
 
 _NUMBER_FLAGS: tuple[tuple[frozenset[str], Callable[[str, int], object], int], ...] = (

@@ -265,7 +265,15 @@ class RestClient:
                             line = data[start:newline]
                             start = newline + 1
                             if line and not line.isspace():
-                                yield orjson.loads(line)
+                                try:
+                                    event = orjson.loads(line)
+                                except orjson.JSONDecodeError as err:  # client-go's decoder error event
+                                    yield watch_decoding_error(str(err))
+                                    return
+                                if not isinstance(event, dict):
+                                    yield watch_decoding_error(f"not a watch event: {line[:64]!r}")
+                                    return
+                                yield event
                     if data is tail:
                         del tail[:start]  # from the front: CPython moves no bytes
                     else:

@@ -63,7 +63,8 @@ class VeryShortWatch(Exception):
 class WatchEndedWithError(Exception):
     """An ERROR event in an open watch (not an expired version nor a 429): client-go's watch loop
     logs it as a warning and lists again after the backoff; a failure to open the watch is its
-    watchErrorHandler's "Failed to watch" instead."""
+    watchErrorHandler's "Failed to watch" instead. The same warning again within a minute is said
+    at -v=4 only (pykcm's, as for its other repeated failures; client-go says each)."""
 
 
 class Delay(Protocol):
@@ -304,9 +305,9 @@ class Reflector:
                     self.deltas.push(DeltaType.UPDATED, self.transform(obj), rv)
                 elif kind == "DELETED":
                     self.deltas.push(DeltaType.DELETED, self.transform(obj), rv)
-                else:
-                    log.error(None, "Unexpected watch event", resource=self.label, type=kind)
-                    continue
+                else:  # client-go's decoder refuses it: an error event, as one that does not decode
+                    raise WatchEndedWithError(f"unable to decode an event from the watch stream: got invalid watch "
+                                              f"event type: {kind}")
                 self._set_resource_version(rv)
         if events == 0 and time.monotonic() - started < MIN_WATCH_DURATION:
             raise VeryShortWatch(f"very short watch of {self.label}: closed with no events")

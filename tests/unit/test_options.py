@@ -161,6 +161,10 @@ def test_kcm_boolean_flag_form_is_translated(argv: list[str], translated: list[s
         (["run", "-x"], "pykcm: error: unknown shorthand flag: 'x' in -x"),
         (["run", "-xyz", "-v=abc"], "pykcm: error: unknown shorthand flag: 'x' in -xyz"),
         (["run", "--kubeconfig", "--foo", "--bar"], "pykcm: error: unknown flag: --bar"),  # --foo: the file's name
+        (["run", "--=x", "--concurrent-gc-syncs=abc"], "pykcm: error: bad flag syntax: --=x"),
+        (["run", "---foo"], "pykcm: error: bad flag syntax: ---foo"),
+        (["run", "-x=1"], "pykcm: error: unknown shorthand flag: 'x' in -x=1"),
+        (["run", "--kubeconfig"], "pykcm: error: flag needs an argument: --kubeconfig"),
     ],
 )
 def test_bad_flags_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -467,3 +471,30 @@ def test_an_infinite_qps_is_no_client_side_limit() -> None:
     from pykcm.util.flowcontrol import client_rate_limiter
 
     assert client_rate_limiter(float("inf"), 10) is None  # Go's rate.Inf: every request allowed
+
+
+def test_a_shorthand_group_starting_with_h_is_help_as_pflag_reads_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", "-hv4"]) == 0
+    assert capsys.readouterr().out.startswith("Usage: pykcm run")
+
+
+# kubeadm's KCM static pod (cmd/kubeadm/app/phases/controlplane/manifests.go), kind's additions, and
+# KCM's two deprecated flags its --help hides.
+KUBEADM_KCM_ARGS = [
+    "--authentication-kubeconfig=/etc/kubernetes/controller-manager.conf",
+    "--authorization-kubeconfig=/etc/kubernetes/controller-manager.conf", "--bind-address=127.0.0.1",
+    "--client-ca-file=/etc/kubernetes/pki/ca.crt", "--cluster-name=kubernetes",
+    "--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt", "--cluster-signing-key-file=/etc/kubernetes/pki/ca.key",
+    "--controllers=*,bootstrapsigner,tokencleaner", "--kubeconfig=/etc/kubernetes/controller-manager.conf",
+    "--leader-elect=true", "--requestheader-client-ca-file=/etc/kubernetes/pki/front-proxy-ca.crt",
+    "--root-ca-file=/etc/kubernetes/pki/ca.crt", "--service-account-private-key-file=/etc/kubernetes/pki/sa.key",
+    "--use-service-account-credentials=true", "--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16",
+    "--enable-hostpath-provisioner=true", "--allow-untagged-cloud", "--node-sync-period=10s",
+]
+
+
+def test_kubeadms_whole_kcm_command_line_has_no_flag_pykcm_calls_unknown() -> None:
+    args = kcmflags.translate_pflag_forms(["run", *KUBEADM_KCM_ARGS])
+    kept, found = kcmflags.split_kcm_flags(args, cli._value_options("run"), cli._option_names("run"))
+    assert "--allow-untagged-cloud" in found.ignored and "--node-sync-period" in found.ignored
+    assert "--kubeconfig=/etc/kubernetes/controller-manager.conf" in kept and not found.refused

@@ -438,11 +438,17 @@ async def test_a_retried_watch_failure_is_an_info_line_at_client_gos_level(
 
 
 @pytest.mark.parametrize("verbosity", [0], indirect=True)
-async def test_an_error_event_in_an_open_watch_is_client_gos_warning_then_a_relist(verbosity: None, caplog) -> None:
+@pytest.mark.parametrize(("failure", "err"), [
+    ({"type": "ERROR", "object": {"kind": "Status", "code": 500, "reason": "InternalError", "message": "etcd is down"}},
+     "etcd is down"),
+    ({"type": "UPSERTED", "object": {}},  # client-go's decoder refuses the type: its decoding error event
+     "unable to decode an event from the watch stream: got invalid watch event type: UPSERTED"),
+], ids=["error", "bad-type"])
+async def test_an_error_event_in_an_open_watch_is_client_gos_warning_then_a_relist(
+    failure: dict, err: str, verbosity: None, caplog
+) -> None:
     # client-go's watch loop logs it and returns (a relist after the backoff); "Failed to watch" is
     # its watchErrorHandler's, for a watch that could not be opened.
-    failure = {"type": "ERROR", "object": {"kind": "Status", "code": 500, "reason": "InternalError",
-                                           "message": "etcd is down"}}
     client = ScriptedClient([page([cm("a", "1")], "10"), page([cm("b", "20")], "20")],
                             watches=[[{"type": "ADDED", "object": cm("c", "11")}, failure], []])
     queue = DeltaQueue()
@@ -452,7 +458,7 @@ async def test_an_error_event_in_an_open_watch_is_client_gos_warning_then_a_reli
     assert [d.type for d in deltas] == [DeltaType.REPLACED, DeltaType.ADDED, DeltaType.REPLACED]
     said = [line for line in lines(caplog) if line[2] != "Caches populated"]
     assert [line[:3] for line in said] == [("INFO", 0, "Warning: watch ended with error")]
-    assert said[0][3]["err"] == "etcd is down" and backoff.delays == 1
+    assert said[0][3]["err"] == err and backoff.delays == 1
 
 
 @pytest.mark.parametrize("verbosity", [3], indirect=True)

@@ -212,6 +212,17 @@ async def test_an_empty_frame_ends_the_watch_as_client_go_ends_it() -> None:
     assert events == [{"type": "ADDED", "object": {"metadata": {"name": "a"}}}, decoding_error("empty data")]
 
 
+@pytest.mark.parametrize("line", [b"{not json", b"[1, 2]"])
+async def test_a_json_line_that_is_no_event_ends_the_watch_as_client_go_ends_it(line: bytes) -> None:
+    # It raised out of the watch (the reflector's "Failed to watch"); client-go's StreamWatcher
+    # turns it into its decoding ERROR event, then the reflector lists again.
+    body = event("a") + b"\n" + line + b"\n" + event("b") + b"\n"
+    events = await watched(body, 7, None, "application/json")
+    assert events[0]["object"]["metadata"]["name"] == "a" and len(events) == 2
+    [cause] = [c for c in events[1]["object"]["details"]["causes"] if c["reason"] == "ClientWatchDecoding"]
+    assert events[1]["type"] == "ERROR" and cause["message"].startswith("unable to decode an event from the watch")
+
+
 @pytest.mark.parametrize("protobuf", [True, False])
 async def test_an_event_over_many_chunks_takes_linear_time(protobuf: bool) -> None:
     # Each chunk of an unfinished event copied (and for JSON searched) the whole of it again:
