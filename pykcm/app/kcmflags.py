@@ -187,12 +187,12 @@ def split_kcm_flags(
     def word_after_is_value(flag: str) -> bool:  # `value_options`: the command's own (`--kubeconfig`)
         return takes_value(flag) or flag in value_options
 
-    kept: list[str] = []
-    found = KcmFlags()
-    log_format = None
     def known(flag: str) -> bool:
         return own_options is None or flag in own_options or takes_value(flag) or flag in IGNORED_BOOL_FLAGS
 
+    kept: list[str] = []
+    found = KcmFlags()
+    log_format = None
     for word in map(_short_verbosity, pflag_words(argv, word_after_is_value)):
         if (refusal := _unknown_flag(word, known)) is not None:
             raise FlagError(refusal)
