@@ -403,13 +403,13 @@ def _bare_group_help(args: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     obj: dict = {}  # what the command tells main: the ignored KCM flags, and how logs are written
     try:
-        kcm = kcmflags.KcmFlags()
-        try:
-            args = kcmflags.translate_pflag_forms(sys.argv[1:] if argv is None else list(argv))
+        args, kcm = sys.argv[1:] if argv is None else list(argv), kcmflags.KcmFlags()
+        try:  # `run`'s flags read left to right as pflag reads them, then respelled for click
             if args[:1] == ["run"]:
                 args, kcm = kcmflags.split_kcm_flags(args, _value_options("run"), _option_names("run"))
             else:
                 kcmflags.check_version_values(args)
+            args = kcmflags.translate_pflag_forms(args, _value_options("run") if args[:1] == ["run"] else frozenset())
         except kcmflags.FlagError as err:
             raise UsageError(str(err)) from None
         if kcm.refused:

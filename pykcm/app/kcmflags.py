@@ -8,8 +8,10 @@ and starts. One would make it serve other TLS than asked if ignored (curves): it
 Controllers that KCM has and pykcm does not (`--controllers=*,bootstrapsigner,tokencleaner`)
 are left to KCM, said once likewise. Flags of KCM v1.36.3's `--help` and two deprecated ones it
 hides; pykcm's own are not here.
-The KCM numbers, durations and booleans pykcm acts on are read here as pflag reads them, so that
-they mean what they mean to KCM and a bad one is refused in KCM's words, whatever typer's version.
+The KCM numbers, durations, booleans, IP address and lists pykcm acts on are read here as pflag
+reads them, left to right, so that they mean what they mean to KCM and the first bad one is refused
+in KCM's words, whatever typer's version; flag names too (`--concurrent_gc_syncs` is
+`--concurrent-gc-syncs`, as component-base's command sets pflag's normalization).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pykcm.app.featuregates import go_bool
+from pykcm.app.pflagvalues import go_csv_record, go_ip
 from pykcm.util.durations import DurationError, parse_duration
 from pykcm.util.gostrconv import go_float, go_int, go_uint
 from pykcm.util.log import go_quote
@@ -96,8 +99,14 @@ ACCEPTED_DURATION_FLAGS = _words("""
 --leader-elect-retry-period --min-resync-period --namespace-sync-period
 """)
 VERBOSITY_FLAGS = _words("-v --v")  # component-base's: strconv.ParseUint(s, 10, 31)
+# Other values pflag's Set parses as it reads them (an IP flag, string slices): the value typer gets.
+_READ_VALUES: dict[str, Callable[[str], str]] = {
+    "--bind-address": go_ip,
+    **dict.fromkeys(("--controllers", "--tls-cipher-suites", "--authorization-always-allow-paths"),
+                    lambda text: ",".join(go_csv_record(text))),  # run splits at commas: `"a,b"` is a, b
+}
 ACCEPTED_VALUE_FLAGS = (ACCEPTED_INT32_FLAGS | ACCEPTED_INT_FLAGS | ACCEPTED_FLOAT32_FLAGS | ACCEPTED_DURATION_FLAGS
-                        | VERBOSITY_FLAGS)
+                        | VERBOSITY_FLAGS | frozenset(_READ_VALUES))
 LOG_FORMAT_FLAG, LOG_FORMATS = "--logging-format", ("text", "json")  # KCM v1.36.3's formats, pykcm's too
 
 # KCM v1.36.3's controllers: every alias and the name it stands for (its controller descriptors),
@@ -148,9 +157,27 @@ class KcmFlags:
 class Word:
     """One flag of a pflag command line with its value, or one other word."""
 
-    flag: str  # `--name` or `-v`; the word itself where it is no flag
+    flag: str  # `--name` as pflag reads it (`--a_b` is `--a-b`) or `-v`; the word itself where it is no flag
     value: str | None  # after `=`, or the next word for a flag that takes one
     words: list[str]  # as given: one word, or two; everything from a `--` on
+
+    @property
+    def given(self) -> str:
+        """The flag as given, as pflag names one it does not know or that lacks its value."""
+        return self.words[0].partition("=")[0]
+
+    def normalized(self) -> list[str]:
+        """`words` with a long flag's name as pflag reads it (`--a_b=c_d` → `--a-b=c_d`)."""
+        head = self.words[0]
+        return [self.flag + head[len(self.flag):], *self.words[1:]] if head.startswith("--") else self.words
+
+
+def _normalized(flag: str) -> str:
+    """component-base's WordSepNormalizeFunc, which KCM's command sets: `_` in a long flag's name is
+    `-`, in a name pflag reads as one (not `--`, `---x`, `--=x`)."""
+    if flag.startswith("--") and flag[2:3] not in ("", "-", "="):
+        return flag.replace("_", "-")
+    return flag
 
 
 def pflag_words(argv: list[str], takes_value: Callable[[str], bool] = lambda _: False) -> Iterator[Word]:
@@ -162,6 +189,7 @@ def pflag_words(argv: list[str], takes_value: Callable[[str], bool] = lambda _: 
             yield Word(arg, None, argv[i:])
             return
         flag, sep, value = arg.partition("=")
+        flag = _normalized(flag)
         if sep:
             yield Word(flag, value, [arg])
         elif takes_value(flag) and i + 1 < len(argv):
@@ -175,8 +203,9 @@ def pflag_words(argv: list[str], takes_value: Callable[[str], bool] = lambda _: 
 def split_kcm_flags(
     argv: list[str], value_options: frozenset[str] = frozenset(), own_options: frozenset[str] | None = None
 ) -> tuple[list[str], KcmFlags]:
-    """`argv` without the KCM flags pykcm ignores or refuses (with their values), and which, its numbers
-    in plain decimal; FlagError where pflag (or KCM's check of --logging-format) would refuse one.
+    """`argv` without the KCM flags pykcm ignores or refuses (with their values), and which, its flag
+    names as pflag reads them, its numbers in plain decimal, its IP address and lists as Go reads them;
+    FlagError where pflag (or KCM's check of --logging-format) would refuse one.
     With `own_options` (the command's option names), a flag neither names is refused where it stands,
     as pflag refuses an unknown flag before a malformed value further on."""
 
@@ -198,16 +227,16 @@ def split_kcm_flags(
             raise FlagError(refusal)
         _check_syntax(word, takes_value(word.flag) or word.flag in value_options)
         if word.flag in ACCEPTED_VALUE_FLAGS and word.value is not None:
-            kept += _plain_number(word.flag, word.value)
+            kept += _value_as_read(word.flag, word.value)
         elif word.flag == LOG_FORMAT_FLAG:
             log_format = word.value
-            kept += word.words
+            kept += word.normalized()
         elif takes_value(word.flag) or word.flag in IGNORED_BOOL_FLAGS:
             bucket = found.refused if word.flag in REFUSED_FLAGS else found.ignored
             if word.flag not in bucket:
                 bucket.append(word.flag)
         else:
-            kept += word.words
+            kept += word.normalized()
     if log_format is not None and log_format not in LOG_FORMATS:  # KCM checks it once the flags parse
         raise FlagError(f"format: Invalid value: {go_quote(log_format)}: Unsupported log format")
     return kept, found
@@ -222,7 +251,7 @@ def _unknown_flag(word: Word, known: Callable[[str], bool]) -> str | None:
     if raw.startswith("--"):
         if raw[2] in "-=":
             return f"bad flag syntax: {raw}"
-        return None if known(word.flag) else f"unknown flag: {word.flag}"
+        return None if known(word.flag) else f"unknown flag: {word.given}"
     if raw.startswith("-h") or known(word.flag):
         return None
     return f"unknown shorthand flag: '{raw[1]}' in {raw}"
@@ -243,24 +272,24 @@ def _short_verbosity(word: Word) -> Word:
     return word
 
 
-def _plain_number(flag: str, given: str) -> list[str]:
-    """A checked number flag as typer reads the number pflag read: in decimal (a duration as it is)."""
-    value: object = given
-    if parser := _number_parser(flag):
-        value = parser[0](given, parser[1])
+def _value_as_read(flag: str, given: str) -> list[str]:
+    """A checked flag as typer reads the value pflag read: a number in decimal, an IP address or a
+    list as Go reads it (a duration as it is)."""
+    value: object = read(given) if (read := _reader(flag)) else given
     text = repr(value) if isinstance(value, float) else str(value)
     return [flag, text] if flag == "-v" else [f"{flag}={text}"]
 
 
 def _check_syntax(word: Word, takes_value: bool) -> None:
     """What pflag refuses of a KCM flag, in its words: a value flag ending the command line, a boolean
-    that is no strconv.ParseBool value, a number or duration that does not parse."""
+    that is no strconv.ParseBool value, a number, duration, IP address or list that does not parse."""
     if takes_value and word.value is None:
-        raise FlagError(f"flag needs an argument: {_SHORT_MISSING.get(word.flag, word.flag)}")
+        raise FlagError(f"flag needs an argument: {_SHORT_MISSING.get(word.flag, word.given)}")
     if word.value is None:
         return
     value = go_quote(word.value)
-    if (word.flag in IGNORED_BOOL_FLAGS or word.flag in BOOL_VALUE_FLAGS) and go_bool(word.value) is None:
+    if (word.flag in IGNORED_BOOL_FLAGS or word.flag in BOOL_VALUE_FLAGS) and go_bool(word.value) is None and (
+            (word.flag, word.value) != ("--version", "raw")):  # component-base's verflag takes "raw" too
         reason = f"strconv.ParseBool: parsing {value}: invalid syntax"
     else:
         reason = _value_error(word.flag, word.value)
@@ -283,12 +312,11 @@ def _value_error(flag: str, text: str) -> str | None:
             what = f"unknown unit {go_quote(err.unit)}" if err.unit else "missing unit"
             return f"time: {what} in duration {go_quote(text)}"
         return None
-    parser = _number_parser(flag)
-    if parser is None:
+    read = _reader(flag)
+    if read is None:
         return None  # not a typed flag: its value is not read
-    parse, bits = parser
     try:
-        parse(text, bits)
+        read(text)
     except ValueError as err:
         return str(err)
     return None
@@ -315,9 +343,13 @@ _NUMBER_FLAGS: tuple[tuple[frozenset[str], Callable[[str, int], object], int], .
 )
 
 
-def _number_parser(flag: str) -> tuple[Callable[[str, int], object], int] | None:
-    """How pflag reads a number flag: the strconv function and its bit size."""
-    return next(((parse, bits) for flags, parse, bits in _NUMBER_FLAGS if flag in flags), None)
+def _reader(flag: str) -> Callable[[str], object] | None:
+    """How pflag reads a typed flag's value, but a duration: a strconv function with its bit size, or
+    _READ_VALUES'; None for a flag whose value is not read."""
+    if read := _READ_VALUES.get(flag):
+        return read
+    parser = next(((parse, bits) for flags, parse, bits in _NUMBER_FLAGS if flag in flags), None)
+    return None if parser is None else lambda text: parser[0](text, parser[1])
 
 
 # KCM's boolean flags (pflag) take `--flag`, `--flag=true` and `--flag=false`; typer's flag pairs
@@ -333,17 +365,22 @@ VERSION_RAW = "--version-raw"  # what `--version=raw` (component-base's verflag)
 BOOL_VALUE_FLAGS = (*GO_BOOL_FLAGS, "--version")  # `--flag=value` read as strconv.ParseBool reads it
 
 
-def translate_pflag_forms(argv: list[str]) -> list[str]:
+def translate_pflag_forms(argv: list[str], value_options: frozenset[str] = frozenset()) -> list[str]:
     """`argv` with pflag's forms in the spelling the typer command line reads. A boolean whose value
-    does not parse is left as given: `split_kcm_flags` refuses it in its turn among the other flags."""
-    return _join_list_flags(_translate_bool_forms(argv))
+    does not parse is left as given: `split_kcm_flags` refuses it in its turn among the other flags.
+    The word after one of `value_options` (`--kubeconfig`) is its value, whatever it looks like."""
+
+    def takes_value(flag: str) -> bool:
+        return flag in GO_LIST_FLAGS or flag in value_options
+
+    return _join_list_flags(_translate_bool_forms(argv, takes_value), takes_value)
 
 
-def _join_list_flags(argv: list[str]) -> list[str]:
+def _join_list_flags(argv: list[str], takes_value: Callable[[str], bool]) -> list[str]:
     """`--controllers=a --controllers b` → `--controllers=a,b`, where the first one stood."""
     out: list[str] = []
     first: dict[str, int] = {}
-    for word in pflag_words(argv, GO_LIST_FLAGS.__contains__):
+    for word in pflag_words(argv, takes_value):
         if word.flag in GO_LIST_FLAGS and word.value is not None:
             if word.flag in first:  # an empty one adds nothing, as pflag's
                 flag, _, value = out[first[word.flag]].partition("=")
@@ -356,9 +393,9 @@ def _join_list_flags(argv: list[str]) -> list[str]:
     return out
 
 
-def _translate_bool_forms(argv: list[str]) -> list[str]:
+def _translate_bool_forms(argv: list[str], takes_value: Callable[[str], bool]) -> list[str]:
     out: list[str] = []
-    for word in pflag_words(argv):
+    for word in pflag_words(argv, takes_value):
         if word.flag == "--version" and word.value == "raw":
             out.append(VERSION_RAW)
         elif word.value is not None and word.flag in BOOL_VALUE_FLAGS and (enabled := go_bool(word.value)) is not None:
