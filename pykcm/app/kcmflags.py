@@ -20,7 +20,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pykcm.app.featuregates import go_bool
-from pykcm.app.pflagvalues import go_csv_record, go_ip
+from pykcm.app.pflagvalues import (
+    go_csv_record,
+    go_int32_slice,
+    go_ip,
+    go_named_cert_key,
+    go_quantity,
+    go_string_to_string,
+    go_vmodule,
+)
 from pykcm.util.durations import DurationError, parse_duration
 from pykcm.util.gostrconv import go_float, go_int, go_uint
 from pykcm.util.log import go_quote
@@ -30,8 +38,8 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-# Take a value (`--flag=v` or `--flag v`). The numbers and durations are checked as pflag parses
-# them, so a typo in a copied command line stops the start as it stops KCM's; the rest is not read.
+# Take a value (`--flag=v` or `--flag v`). The numbers, durations and _IGNORED_READ_VALUES' are checked as pflag
+# parses them, so a typo in a copied command line stops the start as it stops KCM's; plain strings are not read.
 IGNORED_DURATION_FLAGS = _words("""
 --attach-detach-reconcile-sync-period --authentication-token-webhook-cache-ttl
 --authorization-webhook-cache-authorized-ttl --authorization-webhook-cache-unauthorized-ttl
@@ -104,6 +112,15 @@ _READ_VALUES: dict[str, Callable[[str], str]] = {
     "--bind-address": go_ip,
     **dict.fromkeys(("--controllers", "--tls-cipher-suites", "--authorization-always-allow-paths"),
                     lambda text: ",".join(go_csv_record(text))),  # run splits at commas: `"a,b"` is a, b
+}
+# The values pflag's Set checks of flags pykcm ignores or refuses: read only to refuse a bad one.
+_IGNORED_READ_VALUES: dict[str, Callable[[str], object]] = {
+    "--vmodule": go_vmodule, "--tls-sni-cert-key": go_named_cert_key, "--allow-metric-labels": go_string_to_string,
+    "--tls-curve-preferences": go_int32_slice,
+    **dict.fromkeys(("--log-json-info-buffer-size", "--log-text-info-buffer-size"), go_quantity),
+    **dict.fromkeys(_words("""--disabled-metrics --emulated-version --min-compatibility-version
+--requestheader-allowed-names --requestheader-extra-headers-prefix --requestheader-group-headers
+--requestheader-uid-headers --requestheader-username-headers"""), go_csv_record),  # string slices
 }
 ACCEPTED_VALUE_FLAGS = (ACCEPTED_INT32_FLAGS | ACCEPTED_INT_FLAGS | ACCEPTED_FLOAT32_FLAGS | ACCEPTED_DURATION_FLAGS
                         | VERBOSITY_FLAGS | frozenset(_READ_VALUES))
@@ -282,7 +299,7 @@ def _value_as_read(flag: str, given: str) -> list[str]:
 
 def _check_syntax(word: Word, takes_value: bool) -> None:
     """What pflag refuses of a KCM flag, in its words: a value flag ending the command line, a boolean
-    that is no strconv.ParseBool value, a number, duration, IP address or list that does not parse."""
+    that is no strconv.ParseBool value, a value pflag's Set parses (number, duration, list...) that does not."""
     if takes_value and word.value is None:
         raise FlagError(f"flag needs an argument: {_SHORT_MISSING.get(word.flag, word.given)}")
     if word.value is None:
@@ -345,8 +362,8 @@ _NUMBER_FLAGS: tuple[tuple[frozenset[str], Callable[[str, int], object], int], .
 
 def _reader(flag: str) -> Callable[[str], object] | None:
     """How pflag reads a typed flag's value, but a duration: a strconv function with its bit size, or
-    _READ_VALUES'; None for a flag whose value is not read."""
-    if read := _READ_VALUES.get(flag):
+    _READ_VALUES' or _IGNORED_READ_VALUES'; None for a flag whose value is not read."""
+    if read := _READ_VALUES.get(flag) or _IGNORED_READ_VALUES.get(flag):
         return read
     parser = next(((parse, bits) for flags, parse, bits in _NUMBER_FLAGS if flag in flags), None)
     return None if parser is None else lambda text: parser[0](text, parser[1])

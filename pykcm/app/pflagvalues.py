@@ -1,12 +1,15 @@
 """KCM flag values that pflag's Set parses as it reads the flag, besides numbers and durations: an IP
-address (pflag's IP flag: net.ParseIP) and a string slice (one record of Go's encoding/csv). Read here
-as Go reads them, so that a bad one is refused in Go's words where pflag meets it, and a good one
-reaches typer as KCM reads it."""
+address (pflag's IP flag: net.ParseIP), a string slice (one record of Go's encoding/csv), and the
+values of flags pykcm ignores whose Set can fail (vmodule, SNI certificate, string map, int32 slice,
+resource quantity). Read here as Go reads them, so that a bad one is refused in Go's words where
+pflag meets it, and a good one reaches typer as KCM reads it."""
 
 from __future__ import annotations
 
 import ipaddress
+import re
 
+from pykcm.util.gostrconv import go_int, go_uint
 from pykcm.util.log import go_quote
 
 # Go's unicode.IsSpace, which strings.TrimSpace trims (Python's str.strip() also trims \x1c-\x1f).
@@ -106,3 +109,78 @@ def go_csv_record(text: str) -> list[str]:
             break
         line, column = line[1:], column + 1
     return [field.decode("utf-8", "surrogateescape") for field in fields]
+
+
+def go_vmodule(text: str) -> None:
+    """component-base's --vmodule: comma-separated pattern=N, N a ParseUint(N, 10, 31); ValueError in
+    Go's words."""
+    for pattern in text.split(","):
+        if not pattern:  # a trailing comma
+            continue
+        parts = pattern.split("=")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise ValueError(f"{go_quote(pattern)} does not have the pattern=N format")
+        try:
+            go_uint(parts[1], 31)
+        except ValueError as err:
+            raise ValueError(f"parsing verbosity in {go_quote(pattern)}: {err}") from None
+
+
+def go_named_cert_key(text: str) -> None:
+    """component-base's NamedCertKey (--tls-sni-cert-key): `cert,key` or `cert,key:name,...`;
+    ValueError in Go's words."""
+    pair, colon, names = text.partition(":")
+    if colon and not names.strip(_GO_SPACE):
+        raise ValueError("empty names list is not allowed")
+    if pair.count(",") != 1:
+        raise ValueError("expected comma separated certificate and key file paths")
+
+
+def go_string_to_string(text: str) -> None:
+    """pflag's stringToString: one key=value as given (quotes trimmed), more as one CSV record of
+    key=value fields; ValueError in Go's words."""
+    equals = text.count("=")
+    pairs = [text] if equals < 2 else go_csv_record(text)
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"{pair} must be formatted as key=value")
+
+
+def go_int32_slice(text: str) -> None:
+    """pflag's int32Slice: each comma-separated item a strconv.ParseInt(item, 0, 32)."""
+    for item in text.split(","):
+        go_int(item, 32)
+
+
+# apimachinery's resource.ParseQuantity: its scanner (sign, number, suffix letters, exponent digits),
+# its suffixes and its three errors.
+_QUANTITY = re.compile(r"[+-]?(0*)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[-+]?[0-9]*)")
+_QUANTITY_FORMAT = r"quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_NANO = -9
+
+
+def go_quantity(text: str) -> None:
+    """resource.QuantityValue's Set as far as it accepts or refuses (ParseQuantity); ValueError in
+    Go's words. A number without a digit ("", "-", ".") is refused only where Go leaves its int64
+    fast path for inf.Dec, which needs a digit: a scale under nano, or 2^50 and up."""
+    match = _QUANTITY.fullmatch(text)
+    if not text or match is None:
+        raise ValueError(_QUANTITY_FORMAT)
+    zeros, digits, fraction, suffix = match.group(1), match.group(2), match.group(3) or "", match.group(4)
+    exponent = _DECIMAL_SUFFIXES.get(suffix, _BINARY_SUFFIXES.get(suffix))
+    if exponent is None and len(suffix) > 1 and suffix[0] in "eE" and re.fullmatch(r"[+-]?[0-9]+", suffix[1:]):
+        magnitude = suffix[1:].lstrip("+-").lstrip("0") or "0"  # leading zeros taken, as Go's
+        parsed = int(magnitude) * (-1 if suffix[1] == "-" else 1) if len(magnitude) <= 19 else 2**63
+        if -(2**63) <= parsed < 2**63:  # strconv.ParseInt(s, 10, 64), then int32(...)
+            exponent = (parsed + 2**31) % 2**32 - 2**31
+    if exponent is None:
+        raise ValueError("unable to parse quantity's suffix")
+    number = digits or "0"
+    if suffix in _BINARY_SUFFIXES:
+        fast = not fraction and 15 - len(number) - exponent * 3 // 10 - 1 >= 0
+    else:
+        fast = 18 - len(number) - len(fraction) >= 0 and exponent - len(fraction) >= _NANO
+    if not fast and not (zeros or digits or fraction):
+        raise ValueError("unable to parse numeric part of quantity")

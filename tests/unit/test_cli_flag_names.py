@@ -11,6 +11,7 @@ import pytest
 from pykcm.app import cli, kcmflags
 from pykcm.app.options import Options
 from pykcm.app.pflagvalues import go_csv_record, go_ip
+from pykcm.util.log import go_quote
 
 
 def _runs(monkeypatch: pytest.MonkeyPatch) -> list[Options]:
@@ -122,3 +123,117 @@ def test_a_value_options_next_word_is_its_value_whatever_it_looks_like(
     runs = _runs(monkeypatch)  # pflag's value flag takes the next word as it is: KCM reads this file name
     assert cli.main(["run", "--kubeconfig", value, "--controllers=replicaset"]) == 0
     assert (runs[0].kubeconfig, runs[0].leader_elect, len(runs[0].controllers)) == (value, True, 1)
+
+
+_QUANTITY_FORMAT = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+_QUANTITY_SUFFIX, _QUANTITY_NUMBER = "unable to parse quantity's suffix", "unable to parse numeric part of quantity"
+_CSV_QUOTE = 'parse error on line 1, column 3: extraneous or missing " in quoted-field'
+
+
+@pytest.mark.parametrize(("flag", "value", "kcm_reason"), [  # KCM v1.36.3 with `--flag=value --foo`: its error
+    # component-base's vmodule: comma-separated pattern=N, N a strconv.ParseUint(N, 10, 31)
+    ("--vmodule", "bad", '"bad" does not have the pattern=N format'),
+    ("--vmodule", "a=x", 'parsing verbosity in "a=x": strconv.ParseUint: parsing "x": invalid syntax'),
+    ("--vmodule", "=1", '"=1" does not have the pattern=N format'),
+    ("--vmodule", "a=", '"a=" does not have the pattern=N format'),
+    ("--vmodule", "a=1=2", '"a=1=2" does not have the pattern=N format'),
+    ("--vmodule", "a=2147483648",
+     'parsing verbosity in "a=2147483648": strconv.ParseUint: parsing "2147483648": value out of range'),
+    ("--vmodule", "a=-1", 'parsing verbosity in "a=-1": strconv.ParseUint: parsing "-1": invalid syntax'),
+    ("--vmodule", "a= 1", 'parsing verbosity in "a= 1": strconv.ParseUint: parsing " 1": invalid syntax'),
+    ("--vmodule", "a=1,bad", '"bad" does not have the pattern=N format'),
+    ("--vmodule", "a=1,,b=2", None), ("--vmodule", "", None), ("--vmodule", " a=1", None),
+    # apiserver's NamedCertKey: "cert,key" or "cert,key:name,name"
+    ("--tls-sni-cert-key", "a", "expected comma separated certificate and key file paths"),
+    ("--tls-sni-cert-key", "", "expected comma separated certificate and key file paths"),
+    ("--tls-sni-cert-key", "a,b,c", "expected comma separated certificate and key file paths"),
+    ("--tls-sni-cert-key", "a:b", "expected comma separated certificate and key file paths"),
+    ("--tls-sni-cert-key", "a,b:", "empty names list is not allowed"),
+    ("--tls-sni-cert-key", "a,b: ", "empty names list is not allowed"),
+    ("--tls-sni-cert-key", "a,b", None), ("--tls-sni-cert-key", "a,b:x,y", None),
+    ("--tls-sni-cert-key", "a,b:x:y", None), ("--tls-sni-cert-key", "a,b:,", None),
+    # pflag's stringToString: one key=value as it is, more read as one CSV record
+    ("--allow-metric-labels", "bad", "bad must be formatted as key=value"),
+    ("--allow-metric-labels", "", " must be formatted as key=value"),
+    ("--allow-metric-labels", 'a=1,"b=2', 'parse error on line 1, column 9: extraneous or missing " in quoted-field'),
+    ("--allow-metric-labels", 'a=1,b=2"', 'parse error on line 1, column 8: bare " in non-quoted-field'),
+    ("--allow-metric-labels", "a=1,\nb=2", " must be formatted as key=value"),
+    ("--allow-metric-labels", "a=1", None), ("--allow-metric-labels", '"a=1"', None),
+    ("--allow-metric-labels", "a=1,b", None), ("--allow-metric-labels", "x,y=a,b", None),
+    ("--allow-metric-labels", "=", None), ("--allow-metric-labels", "a=1,=2", None),
+    # apimachinery's resource.Quantity
+    ("--log-text-info-buffer-size", "bad", _QUANTITY_FORMAT), ("--log-text-info-buffer-size", "", _QUANTITY_FORMAT),
+    ("--log-json-info-buffer-size", "bad", _QUANTITY_FORMAT), ("--log-text-info-buffer-size", "1x", _QUANTITY_FORMAT),
+    ("--log-text-info-buffer-size", " 1", _QUANTITY_FORMAT), ("--log-text-info-buffer-size", "1 ", _QUANTITY_FORMAT),
+    ("--log-text-info-buffer-size", "1.2.3", _QUANTITY_FORMAT),
+    ("--log-text-info-buffer-size", "0x10", _QUANTITY_FORMAT),
+    ("--log-text-info-buffer-size", "1_000", _QUANTITY_FORMAT), ("--log-json-info-buffer-size", "..", _QUANTITY_FORMAT),
+    ("--log-text-info-buffer-size", "1KK", _QUANTITY_SUFFIX), ("--log-text-info-buffer-size", "1e", _QUANTITY_SUFFIX),
+    ("--log-text-info-buffer-size", "1e-", _QUANTITY_SUFFIX), ("--log-text-info-buffer-size", "1ei3", _QUANTITY_SUFFIX),
+    ("--log-text-info-buffer-size", "1k+1", _QUANTITY_SUFFIX),
+    ("--log-text-info-buffer-size", "1e99999999999999999999", _QUANTITY_SUFFIX),
+    ("--log-json-info-buffer-size", "1e9223372036854775808", _QUANTITY_SUFFIX),
+    # no digit where Go takes its slow path (inf.Dec's SetString): 2^50 and up, or a scale under nano
+    ("--log-text-info-buffer-size", "Pi", _QUANTITY_NUMBER), ("--log-text-info-buffer-size", "Ei", _QUANTITY_NUMBER),
+    ("--log-text-info-buffer-size", "-Ei", _QUANTITY_NUMBER), ("--log-json-info-buffer-size", "-.Pi", _QUANTITY_NUMBER),
+    ("--log-text-info-buffer-size", "e-10", _QUANTITY_NUMBER),
+    ("--log-text-info-buffer-size", ".e-10", _QUANTITY_NUMBER),
+    ("--log-json-info-buffer-size", "E-10", _QUANTITY_NUMBER),
+    ("--log-json-info-buffer-size", "e4294967286", _QUANTITY_NUMBER),  # an int32 exponent: -10
+    ("--log-json-info-buffer-size", "e" + "0" * 30 + "4294967286", _QUANTITY_NUMBER),  # leading zeros read
+    *(("--log-text-info-buffer-size", good, None) for good in (
+        "1", "1Ki", "1.5Ki", ".", "-", "+", "Ki", "1Ei", "0e-10", ".n", "1e3", "1e-3", "1E", "1m", "1.0n", "1e-10",
+        "12345678901234567890", "1.Ki", "e-9", ".5e-9", "+Ti", "1e+3", "e-9223372036854775808", "e4294967296",
+        "00.e-10", "0Pi", "1e-00000000000000000000000001")),
+    # pflag's string slices: one CSV record
+    *((flag, '"a', _CSV_QUOTE) for flag in (
+        "--disabled-metrics", "--emulated-version", "--min-compatibility-version", "--requestheader-allowed-names",
+        "--requestheader-extra-headers-prefix", "--requestheader-group-headers", "--requestheader-uid-headers",
+        "--requestheader-username-headers")),
+    ("--disabled-metrics", "a", None), ("--emulated-version", "bad", None),  # versions are checked later
+    # pflag's int32Slice: strconv.ParseInt(each, 0, 32); a good one is refused by pykcm after the flags
+    ("--tls-curve-preferences", "x", 'strconv.ParseInt: parsing "x": invalid syntax'),
+    ("--tls-curve-preferences", "", 'strconv.ParseInt: parsing "": invalid syntax'),
+    ("--tls-curve-preferences", "1,x", 'strconv.ParseInt: parsing "x": invalid syntax'),
+    ("--tls-curve-preferences", "1, 2", 'strconv.ParseInt: parsing " 2": invalid syntax'),
+    ("--tls-curve-preferences", "4294967296", 'strconv.ParseInt: parsing "4294967296": value out of range'),
+    # values KCM's Set does not check: the feature gates (after the flags), strings checked later
+    *((flag, value, None) for flag, value in (
+        ("--feature-gates", "foo"), ("--feature-gates", ""), ("--feature-gates", ":"), ("--feature-gates", ",,"),
+        ("--show-hidden-metrics-for-version", "bad"), ("--logging-format", "bad"), ("--tls-min-version", "bad"),
+        ("--cluster-cidr", "bad"), ("--service-cluster-ip-range", "bad"), ("--cidr-allocator-type", "bad"),
+        ("--leader-elect-resource-lock", "bad"), ("--kube-api-content-type", "bad"))),
+])
+def test_a_kcm_flags_value_is_refused_where_kcm_refuses_it(
+        flag: str, value: str, kcm_reason: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    kcm_error = f"invalid argument {go_quote(value)} for {go_quote(flag)} flag: {kcm_reason}" if kcm_reason else (
+        "unknown flag: --foo")
+    assert cli.main(["run", f"{flag}={value}", "--foo"]) == 2
+    assert capsys.readouterr().err == f"pykcm: error: {kcm_error}\n"
+
+
+@pytest.mark.parametrize(("argv", "kcm_error"), [  # KCM v1.36.3 with each, then `--foo`
+    (["--vmodule", "a=x"], 'invalid argument "a=x" for "--vmodule" flag: parsing verbosity in "a=x": '
+                           'strconv.ParseUint: parsing "x": invalid syntax'),
+    (["--vmodule=a=1", "--vmodule=a=x"], 'invalid argument "a=x" for "--vmodule" flag: parsing verbosity in "a=x": '
+                                         'strconv.ParseUint: parsing "x": invalid syntax'),
+    (["--log_text_info_buffer_size=x"],
+     f'invalid argument "x" for "--log-text-info-buffer-size" flag: {_QUANTITY_FORMAT}'),
+    (["--tls_sni_cert_key", "a"],
+     'invalid argument "a" for "--tls-sni-cert-key" flag: expected comma separated certificate and key file paths'),
+    (["--allow-metric-labels=a=1", "--allow-metric-labels=b"],
+     'invalid argument "b" for "--allow-metric-labels" flag: b must be formatted as key=value'),
+])
+def test_each_ignored_value_is_read_where_it_stands(
+        argv: list[str], kcm_error: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", *argv, "--foo"]) == 2
+    assert capsys.readouterr().err == f"pykcm: error: {kcm_error}\n"
+
+
+def test_good_values_of_the_flags_pykcm_ignores_are_ignored() -> None:
+    kept, found = kcmflags.split_kcm_flags(["run", "--vmodule=a=1", "--tls-sni-cert-key", "a,b:x",
+                                            "--allow-metric-labels", "a=1", "--log-text-info-buffer-size=1Ki",
+                                            "--disabled-metrics=a,b"])
+    assert kept == ["run"]
+    assert found.ignored == ["--vmodule", "--tls-sni-cert-key", "--allow-metric-labels", "--log-text-info-buffer-size",
+                             "--disabled-metrics"]

@@ -299,9 +299,9 @@ def test_ignored_kcm_flags_take_the_values_pflag_takes(flag: str, value: str) ->
 
 def test_ignored_kcm_flags_take_what_pflag_takes() -> None:
     kept, found = kcmflags.split_kcm_flags(
-        ["run", "--enable-garbage-collector=F", "--vmodule", "--", "--allocate-node-cidrs", "--root-ca-file="])
-    assert kept == ["run"]  # `--vmodule --`: pflag takes the next word as the value, whatever it is
-    assert found.ignored == ["--enable-garbage-collector", "--vmodule", "--allocate-node-cidrs", "--root-ca-file"]
+        ["run", "--enable-garbage-collector=F", "--cluster-name", "--", "--allocate-node-cidrs", "--root-ca-file="])
+    assert kept == ["run"]  # `--cluster-name --`: pflag takes the next word as the value, whatever it is
+    assert found.ignored == ["--enable-garbage-collector", "--cluster-name", "--allocate-node-cidrs", "--root-ca-file"]
 
 
 @pytest.mark.parametrize(
