@@ -107,6 +107,7 @@ ACCEPTED_DURATION_FLAGS = _words("""
 --leader-elect-retry-period --min-resync-period --namespace-sync-period
 """)
 VERBOSITY_FLAGS = _words("-v --v")  # component-base's: strconv.ParseUint(s, 10, 31)
+HELP_FLAGS = _words("-h --help")  # cobra's: a boolean, `--help=false` is no help
 # Other values pflag's Set parses as it reads them (an IP flag, string slices): the value typer gets.
 _READ_VALUES: dict[str, Callable[[str], str]] = {
     "--bind-address": go_ip,
@@ -224,7 +225,7 @@ def split_kcm_flags(
     names as pflag reads them, its numbers in plain decimal, its IP address and lists as Go reads them;
     FlagError where pflag (or KCM's check of --logging-format) would refuse one.
     With `own_options` (the command's option names), a flag neither names is refused where it stands,
-    as pflag refuses an unknown flag before a malformed value further on."""
+    as pflag refuses an unknown flag before a malformed value further on, and so are arguments."""
 
     def takes_value(flag: str) -> bool:
         return flag in IGNORED_VALUE_FLAGS or flag in REFUSED_FLAGS or flag in ACCEPTED_VALUE_FLAGS or (
@@ -236,14 +237,18 @@ def split_kcm_flags(
     def known(flag: str) -> bool:
         return own_options is None or flag in own_options or takes_value(flag) or flag in IGNORED_BOOL_FLAGS
 
-    kept: list[str] = []
-    found = KcmFlags()
-    log_format = None
-    for word in map(_short_verbosity, pflag_words(argv, word_after_is_value)):
+    kept, arguments, found = argv[:1], [], KcmFlags()  # argv[0]: the command
+    log_format, help_asked = None, False
+    for word in map(_short_verbosity, pflag_words(argv[1:], word_after_is_value)):
         if (refusal := _unknown_flag(word, known)) is not None:
             raise FlagError(refusal)
         _check_syntax(word, takes_value(word.flag) or word.flag in value_options)
-        if word.flag in ACCEPTED_VALUE_FLAGS and word.value is not None:
+        if own_options is not None and (word.flag == "--" or not word.flag.startswith("-") or word.flag == "-"):
+            arguments += word.words[1:] if word.flag == "--" else word.words
+        elif word.flag in HELP_FLAGS and word.value is not None:  # `--help=false`: no help, as cobra's
+            help_asked |= (asked := go_bool(word.value) is True)
+            kept += ["--help"] if asked else []
+        elif word.flag in ACCEPTED_VALUE_FLAGS and word.value is not None:
             kept += _value_as_read(word.flag, word.value)
         elif word.flag == LOG_FORMAT_FLAG:
             log_format = word.value
@@ -253,7 +258,11 @@ def split_kcm_flags(
             if word.flag not in bucket:
                 bucket.append(word.flag)
         else:
+            help_asked |= word.words[0].startswith("-h") or word.flag == "--help"
             kept += word.normalized()
+    if any(arguments) and not help_asked:  # cobra's Args check, KCM's words: an empty one is no argument
+        got = " ".join(map(go_quote, filter(None, arguments)))
+        raise FlagError(f'"pykcm {argv[0]}" does not take any arguments, got [{got}]')
     if log_format is not None and log_format not in LOG_FORMATS:  # KCM checks it once the flags parse
         raise FlagError(f"format: Invalid value: {go_quote(log_format)}: Unsupported log format")
     return kept, found
@@ -305,16 +314,18 @@ def _check_syntax(word: Word, takes_value: bool) -> None:
     if word.value is None:
         return
     value = go_quote(word.value)
-    if (word.flag in IGNORED_BOOL_FLAGS or word.flag in BOOL_VALUE_FLAGS) and go_bool(word.value) is None and (
+    if (word.flag in IGNORED_BOOL_FLAGS or word.flag in BOOL_VALUE_FLAGS or word.flag in HELP_FLAGS) and go_bool(
+            word.value) is None and (
             (word.flag, word.value) != ("--version", "raw")):  # component-base's verflag takes "raw" too
         reason = f"strconv.ParseBool: parsing {value}: invalid syntax"
     else:
         reason = _value_error(word.flag, word.value)
     if reason:
-        name = "-v, --v" if word.flag in VERBOSITY_FLAGS else word.flag  # pflag names a shorthand too
+        name = _BOTH_NAMES.get(word.flag, word.flag)  # pflag names a shorthand's long name too
         raise FlagError(f'invalid argument {value} for "{name}" flag: {reason}')
 
 
+_BOTH_NAMES = {"-v": "-v, --v", "--v": "-v, --v", "-h": "-h, --help", "--help": "-h, --help"}
 _SHORT_MISSING = {"-v": "'v' in -v"}  # pflag's words for a shorthand without its value
 
 

@@ -75,6 +75,22 @@ def test_an_underscore_in_pykcms_own_options_is_a_dash(monkeypatch: pytest.Monke
     (['--authorization_always_allow_paths="a', "--foo"],
      'invalid argument "\\"a" for "--authorization-always-allow-paths" flag: parse error on line 1, column 3: '
      'extraneous or missing " in quoted-field'),
+    # cobra: help is a boolean flag; arguments are refused after the flags parse, unless help is asked.
+    (["--help=maybe", "--foo"],
+     'invalid argument "maybe" for "-h, --help" flag: strconv.ParseBool: parsing "maybe": invalid syntax'),
+    (["-h=maybe"],
+     'invalid argument "maybe" for "-h, --help" flag: strconv.ParseBool: parsing "maybe": invalid syntax'),
+    (["--help=false", "--foo"], "unknown flag: --foo"),
+    (["-h=false", "--foo"], "unknown flag: --foo"),
+    (["--help=1", "--foo"], "unknown flag: --foo"),
+    (["", "--foo"], "unknown flag: --foo"),
+    (["foo", "bar", "--foo"], "unknown flag: --foo"),
+    (["foo", "--bind-address=bad"], 'invalid argument "bad" for "--bind-address" flag: failed to parse IP: "bad"'),
+    (["foo", "", "bar"], '"pykcm run" does not take any arguments, got ["foo" "bar"]'),
+    (["--", "foo"], '"pykcm run" does not take any arguments, got ["foo"]'),
+    (["--", "--help"], '"pykcm run" does not take any arguments, got ["--help"]'),
+    (["--help=0", "foo"], '"pykcm run" does not take any arguments, got ["foo"]'),
+    (["--logging-format=x", "foo"], '"pykcm run" does not take any arguments, got ["foo"]'),
 ])
 def test_the_first_error_is_kcms(argv: list[str], kcm_error: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", *argv]) == 2
@@ -237,3 +253,17 @@ def test_good_values_of_the_flags_pykcm_ignores_are_ignored() -> None:
     assert kept == ["run"]
     assert found.ignored == ["--vmodule", "--tls-sni-cert-key", "--allow-metric-labels", "--log-text-info-buffer-size",
                              "--disabled-metrics"]
+
+
+@pytest.mark.parametrize("argv", [["--help=true"], ["-h=1"], ["foo", "--help"], ["--help", "foo"], ["-hv4"]])
+def test_help_asked_by_a_true_value_or_beside_arguments_is_help(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", *argv]) == 0  # the built KCM prints its help for each
+    assert "--kubeconfig" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--help=false"], ["-h=f"], [""], ["--", ""]])
+def test_no_help_and_empty_arguments_run(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    runs = _runs(monkeypatch)
+    assert cli.main(["run", *argv]) == 0
+    assert len(runs) == 1
