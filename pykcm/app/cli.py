@@ -206,7 +206,7 @@ def run(
     options.controllers = canonical_controllers(given, registry.values(), kcmflags.KCM_CONTROLLER_ALIASES)
 
     if options.local:
-        if options.bind_address == _defaults.bind_address:
+        if getattr(ctx.get_parameter_source("bind_address"), "name", "") == "DEFAULT":  # not given
             options.bind_address = "127.0.0.1"  # a developer's machine: serve on loopback like the control plane
             options.flagz["bind-address"] = options.bind_address  # /flagz shows the address served on
         localrun.run_local(options, classes, local_nodes, _run_manager, lambda text, plain: _last_line(ctx.obj, text, plain))
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             args = kcmflags.translate_pflag_forms(args, _value_options("run") if args[:1] == ["run"] else frozenset())
         except kcmflags.FlagError as err:
             raise UsageError(str(err)) from None
-        if kcm.refused:
+        if kcm.refused and not kcm.help:  # cobra prints the help first
             refused = ", ".join(kcm.refused)
             raise UsageError(f"pykcm does not implement {refused}: refused, pykcm cannot honour it and would serve other TLS than asked")
         obj["kcm_ignored"] = kcm.ignored

@@ -16,7 +16,7 @@ in KCM's words, whatever typer's version; flag names too (`--concurrent_gc_syncs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pykcm.app.featuregates import go_bool
@@ -29,6 +29,7 @@ from pykcm.app.pflagvalues import (
     go_string_to_string,
     go_vmodule,
 )
+from pykcm.app.pflagwords import Word, group_takes_next_word, pflag_words, shorthands
 from pykcm.util.durations import DurationError, parse_duration
 from pykcm.util.gostrconv import go_float, go_int, go_uint
 from pykcm.util.log import go_quote
@@ -169,53 +170,7 @@ class KcmFlags:
 
     ignored: list[str] = field(default_factory=list)  # flag names, in order, once each
     refused: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Word:
-    """One flag of a pflag command line with its value, or one other word."""
-
-    flag: str  # `--name` as pflag reads it (`--a_b` is `--a-b`) or `-v`; the word itself where it is no flag
-    value: str | None  # after `=`, or the next word for a flag that takes one
-    words: list[str]  # as given: one word, or two; everything from a `--` on
-
-    @property
-    def given(self) -> str:
-        """The flag as given, as pflag names one it does not know or that lacks its value."""
-        return self.words[0].partition("=")[0]
-
-    def normalized(self) -> list[str]:
-        """`words` with a long flag's name as pflag reads it (`--a_b=c_d` → `--a-b=c_d`)."""
-        head = self.words[0]
-        return [self.flag + head[len(self.flag):], *self.words[1:]] if head.startswith("--") else self.words
-
-
-def _normalized(flag: str) -> str:
-    """component-base's WordSepNormalizeFunc, which KCM's command sets: `_` in a long flag's name is
-    `-`, in a name pflag reads as one (not `--`, `---x`, `--=x`)."""
-    if flag.startswith("--") and flag[2:3] not in ("", "-", "="):
-        return flag.replace("_", "-")
-    return flag
-
-
-def pflag_words(argv: list[str], takes_value: Callable[[str], bool] = lambda _: False) -> Iterator[Word]:
-    """`argv` as pflag reads it: a flag that takes a value takes the next word unless it has `=`."""
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            yield Word(arg, None, argv[i:])
-            return
-        flag, sep, value = arg.partition("=")
-        flag = _normalized(flag)
-        if sep:
-            yield Word(flag, value, [arg])
-        elif takes_value(flag) and i + 1 < len(argv):
-            yield Word(flag, argv[i + 1], argv[i : i + 2])
-            i += 1
-        else:
-            yield Word(flag, None, [arg])
-        i += 1
+    help: bool = False  # cobra's help flag, its last value: it wins over every check after the flags parse
 
 
 def split_kcm_flags(
@@ -232,24 +187,23 @@ def split_kcm_flags(
             flag == LOG_FORMAT_FLAG)
 
     def word_after_is_value(flag: str) -> bool:  # `value_options`: the command's own (`--kubeconfig`)
-        return takes_value(flag) or flag in value_options
+        return takes_value(flag) or flag in value_options or group_takes_next_word(flag)
 
     def known(flag: str) -> bool:
         return own_options is None or flag in own_options or takes_value(flag) or flag in IGNORED_BOOL_FLAGS
 
     kept, arguments, found = argv[:1], [], KcmFlags()  # argv[0]: the command
-    log_format, help_asked = None, False
-    for word in map(_short_verbosity, pflag_words(argv[1:], word_after_is_value)):
+    log_format = None
+    for word in (one for group in pflag_words(argv[1:], word_after_is_value) for one in shorthands(group)):
         if (refusal := _unknown_flag(word, known)) is not None:
             raise FlagError(refusal)
         _check_syntax(word, takes_value(word.flag) or word.flag in value_options)
         if own_options is not None and (word.flag == "--" or not word.flag.startswith("-") or word.flag == "-"):
             arguments += word.words[1:] if word.flag == "--" else word.words
-        elif word.flag in HELP_FLAGS and word.value is not None:  # `--help=false`: no help, as cobra's
-            help_asked |= (asked := go_bool(word.value) is True)
-            kept += ["--help"] if asked else []
+        elif word.flag in HELP_FLAGS:  # a boolean: `--help=false` is no help, the last one counts
+            found.help = word.value is None or go_bool(word.value) is True
         elif word.flag in ACCEPTED_VALUE_FLAGS and word.value is not None:
-            kept += _value_as_read(word.flag, word.value)
+            kept += _value_as_read(word.flag, word.value) if word.value or word.flag != "--bind-address" else []
         elif word.flag == LOG_FORMAT_FLAG:
             log_format = word.value
             kept += word.normalized()
@@ -258,10 +212,11 @@ def split_kcm_flags(
             if word.flag not in bucket:
                 bucket.append(word.flag)
         else:
-            help_asked |= word.words[0].startswith("-h") or word.flag == "--help"
             kept += word.normalized()
-    if any(arguments) and not help_asked:  # cobra's Args check, KCM's words: an empty one is no argument
-        got = " ".join(map(go_quote, filter(None, arguments)))
+    if found.help:  # cobra prints the help before its Args check and KCM's own checks
+        return [*kept, "--help"], found
+    if any(arguments):  # cobra's Args check as KCM's: an empty argument is none, but named
+        got = " ".join(map(go_quote, arguments))
         raise FlagError(f'"pykcm {argv[0]}" does not take any arguments, got [{got}]')
     if log_format is not None and log_format not in LOG_FORMATS:  # KCM checks it once the flags parse
         raise FlagError(f"format: Invalid value: {go_quote(log_format)}: Unsupported log format")
@@ -270,7 +225,7 @@ def split_kcm_flags(
 
 def _unknown_flag(word: Word, known: Callable[[str], bool]) -> str | None:
     """pflag's words for a flag it cannot read, or None: bad syntax (`---x`, `--=x`), a name no one
-    defines, a shorthand by its first letter. A group starting with -h is pflag's help (click's too)."""
+    defines, a shorthand (one of a group: `-hx` is -h, then -x) named with the rest of its group."""
     raw = word.words[0]
     if raw in ("-", "--") or not raw.startswith("-"):
         return None
@@ -278,7 +233,7 @@ def _unknown_flag(word: Word, known: Callable[[str], bool]) -> str | None:
         if raw[2] in "-=":
             return f"bad flag syntax: {raw}"
         return None if known(word.flag) else f"unknown flag: {word.given}"
-    if raw.startswith("-h") or known(word.flag):
+    if known(word.flag):
         return None
     return f"unknown shorthand flag: '{raw[1]}' in {raw}"
 
@@ -288,14 +243,6 @@ def check_version_values(argv: list[str]) -> None:
     for word in pflag_words(argv):
         if word.flag == "--version":
             _check_syntax(word, False)
-
-
-def _short_verbosity(word: Word) -> Word:
-    """pflag's `-v4` and `-v=4` are -v with "4"; `-v=` is -v with "="."""
-    raw = word.words[0]
-    if word.flag != "--" and raw[:2] == "-v" and len(raw) > 2:
-        return Word("-v", raw[3:] if raw[2] == "=" and len(raw) > 3 else raw[2:], [raw])
-    return word
 
 
 def _value_as_read(flag: str, given: str) -> list[str]:
@@ -314,8 +261,7 @@ def _check_syntax(word: Word, takes_value: bool) -> None:
     if word.value is None:
         return
     value = go_quote(word.value)
-    if (word.flag in IGNORED_BOOL_FLAGS or word.flag in BOOL_VALUE_FLAGS or word.flag in HELP_FLAGS) and go_bool(
-            word.value) is None and (
+    if _is_bool_flag(word.flag) and go_bool(word.value) is None and (
             (word.flag, word.value) != ("--version", "raw")):  # component-base's verflag takes "raw" too
         reason = f"strconv.ParseBool: parsing {value}: invalid syntax"
     else:
@@ -323,6 +269,10 @@ def _check_syntax(word: Word, takes_value: bool) -> None:
     if reason:
         name = _BOTH_NAMES.get(word.flag, word.flag)  # pflag names a shorthand's long name too
         raise FlagError(f'invalid argument {value} for "{name}" flag: {reason}')
+
+
+def _is_bool_flag(flag: str) -> bool:
+    return flag in IGNORED_BOOL_FLAGS or flag in BOOL_VALUE_FLAGS or flag in HELP_FLAGS
 
 
 _BOTH_NAMES = {"-v": "-v, --v", "--v": "-v, --v", "-h": "-h, --help", "--help": "-h, --help"}

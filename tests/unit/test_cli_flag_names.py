@@ -86,7 +86,17 @@ def test_an_underscore_in_pykcms_own_options_is_a_dash(monkeypatch: pytest.Monke
     (["", "--foo"], "unknown flag: --foo"),
     (["foo", "bar", "--foo"], "unknown flag: --foo"),
     (["foo", "--bind-address=bad"], 'invalid argument "bad" for "--bind-address" flag: failed to parse IP: "bad"'),
-    (["foo", "", "bar"], '"pykcm run" does not take any arguments, got ["foo" "bar"]'),
+    (["foo", "", "bar"], '"pykcm run" does not take any arguments, got ["foo" "" "bar"]'),  # all named
+    (["", "foo"], '"pykcm run" does not take any arguments, got ["" "foo"]'),
+    (["--", "", "foo"], '"pykcm run" does not take any arguments, got ["" "foo"]'),
+    (["--help", "--help=false", "foo"], '"pykcm run" does not take any arguments, got ["foo"]'),  # the last counts
+    (["-h", "-h=false", "foo"], '"pykcm run" does not take any arguments, got ["foo"]'),
+    # pflag reads a group of shorthands one at a time, naming an unknown one with the rest of the group.
+    (["-hx"], "unknown shorthand flag: 'x' in -x"),
+    (["-hv"], "flag needs an argument: 'v' in -v"),
+    (["-hv", "--zzz"],
+     'invalid argument "--zzz" for "-v, --v" flag: strconv.ParseUint: parsing "--zzz": invalid syntax'),
+    (["-xh"], "unknown shorthand flag: 'x' in -xh"),
     (["--", "foo"], '"pykcm run" does not take any arguments, got ["foo"]'),
     (["--", "--help"], '"pykcm run" does not take any arguments, got ["--help"]'),
     (["--help=0", "foo"], '"pykcm run" does not take any arguments, got ["foo"]'),
@@ -255,15 +265,35 @@ def test_good_values_of_the_flags_pykcm_ignores_are_ignored() -> None:
                              "--disabled-metrics"]
 
 
-@pytest.mark.parametrize("argv", [["--help=true"], ["-h=1"], ["foo", "--help"], ["--help", "foo"], ["-hv4"]])
+@pytest.mark.parametrize("argv", [["--help=true"], ["-h=1"], ["foo", "--help"], ["--help", "foo"], ["-hv4"], ["-hh"],
+                                  ["--logging-format=xml", "--help"], ["-hv4", "--logging-format=xml"],
+                                  ["--tls-curve-preferences=1", "--help"], ["--help=false", "--help"]])
 def test_help_asked_by_a_true_value_or_beside_arguments_is_help(
         argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", *argv]) == 0  # the built KCM prints its help for each
     assert "--kubeconfig" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["--help=false"], ["-h=f"], [""], ["--", ""]])
+@pytest.mark.parametrize("argv", [["--help=false"], ["-h=f"], [""], ["--", ""], ["--help", "--help=false"]])
 def test_no_help_and_empty_arguments_run(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
     runs = _runs(monkeypatch)
     assert cli.main(["run", *argv]) == 0
     assert len(runs) == 1
+
+
+def test_an_empty_bind_address_leaves_the_one_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = _runs(monkeypatch)  # pflag's IP flag: Set("") changes nothing
+    assert cli.main(["run", "--bind-address=1.2.3.4", "--bind-address="]) == 0
+    assert cli.main(["run", "--bind-address", ""]) == 0
+    assert [options.bind_address for options in runs] == ["1.2.3.4", "0.0.0.0"]
+
+
+@pytest.mark.parametrize(("argv", "served_on"), [
+    ([], "127.0.0.1"), (["--bind-address=0.0.0.0"], "0.0.0.0"), (["--bind-address=::1"], "::1")])
+def test_local_serves_on_loopback_unless_an_address_is_given(
+        monkeypatch: pytest.MonkeyPatch, argv: list[str], served_on: str) -> None:
+    seen: list[str] = []
+    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
+    monkeypatch.setattr(cli.localrun, "run_local", lambda options, *_: seen.append(options.bind_address))
+    assert cli.main(["run", "--local", *argv]) == 0
+    assert seen == [served_on]
