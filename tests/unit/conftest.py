@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -56,3 +57,15 @@ async def mtls_server(pki: Pki) -> AsyncIterator[str]:
     ctx.verify_mode = ssl.CERT_REQUIRED
     async with loopback_server(whoami, ctx) as url:
         yield url
+
+
+@pytest.fixture
+def started_options(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The Options each `cli.main(["run", ...])` of the test would start the manager with (it is not
+    started, nor is logging set up)."""
+    from pykcm.app import cli
+
+    runs: list[Any] = []
+    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
+    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+    return runs

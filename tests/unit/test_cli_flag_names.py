@@ -14,13 +14,6 @@ from pykcm.app.pflagvalues import go_csv_record, go_ip
 from pykcm.util.log import go_quote
 
 
-def _runs(monkeypatch: pytest.MonkeyPatch) -> list[Options]:
-    runs: list[Options] = []
-    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
-    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
-    return runs
-
-
 def test_an_underscore_in_a_kcm_flags_name_is_a_dash_and_its_value_is_kept() -> None:
     kept, found = kcmflags.split_kcm_flags(
         ["run", "--concurrent_gc_syncs=5", "--cluster_name", "a_b", "--allocate_node_cidrs", "--", "--cluster_cidr"])
@@ -28,8 +21,8 @@ def test_an_underscore_in_a_kcm_flags_name_is_a_dash_and_its_value_is_kept() -> 
     assert kept == ["run", "--", "--cluster_cidr"]  # after `--`, words are arguments
 
 
-def test_an_underscore_in_pykcms_own_options_is_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
-    runs = _runs(monkeypatch)
+def test_an_underscore_in_pykcms_own_options_is_a_dash(started_options: list[Options]) -> None:
+    runs = started_options
     assert cli.main(["run", "--concurrent_replicaset_syncs=3", "--kube_api_qps", "7", "--leader_elect=false",
                      "--leader_elect_resource_name=a_b", "--kubeconfig", "--not_a_flag", "--v=2"]) == 0
     options = runs[0]
@@ -135,8 +128,8 @@ def test_an_ip_value_is_read_as_net_parse_ip_reads_it(text: str, ip: str) -> Non
     assert go_ip(text) == ip
 
 
-def test_the_values_read_are_the_ones_run_gets(monkeypatch: pytest.MonkeyPatch) -> None:
-    runs = _runs(monkeypatch)
+def test_the_values_read_are_the_ones_run_gets(started_options: list[Options]) -> None:
+    runs = started_options
     assert cli.main(["run", "--bind-address= ::ffff:127.0.0.1 ", '--controllers="replicaset",namespace',
                      "--controllers", '"-serviceaccount-token"']) == 0
     assert runs[0].bind_address == "127.0.0.1" and runs[0].flagz["bind-address"] == "127.0.0.1"
@@ -145,8 +138,8 @@ def test_the_values_read_are_the_ones_run_gets(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.parametrize("value", ["--leader-elect=false", "--controllers=a", "--version=raw"])
 def test_a_value_options_next_word_is_its_value_whatever_it_looks_like(
-        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    runs = _runs(monkeypatch)  # pflag's value flag takes the next word as it is: KCM reads this file name
+        started_options: list[Options], value: str) -> None:
+    runs = started_options  # pflag's value flag takes the next word as it is: KCM reads this file name
     assert cli.main(["run", "--kubeconfig", value, "--controllers=replicaset"]) == 0
     assert (runs[0].kubeconfig, runs[0].leader_elect, len(runs[0].controllers)) == (value, True, 1)
 
@@ -275,25 +268,14 @@ def test_help_asked_by_a_true_value_or_beside_arguments_is_help(
 
 
 @pytest.mark.parametrize("argv", [["--help=false"], ["-h=f"], [""], ["--", ""], ["--help", "--help=false"]])
-def test_no_help_and_empty_arguments_run(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
-    runs = _runs(monkeypatch)
+def test_no_help_and_empty_arguments_run(started_options: list[Options], argv: list[str]) -> None:
+    runs = started_options
     assert cli.main(["run", *argv]) == 0
     assert len(runs) == 1
 
 
-def test_an_empty_bind_address_leaves_the_one_before(monkeypatch: pytest.MonkeyPatch) -> None:
-    runs = _runs(monkeypatch)  # pflag's IP flag: Set("") changes nothing
+def test_an_empty_bind_address_leaves_the_one_before(started_options: list[Options]) -> None:
+    runs = started_options  # pflag's IP flag: Set("") changes nothing
     assert cli.main(["run", "--bind-address=1.2.3.4", "--bind-address="]) == 0
     assert cli.main(["run", "--bind-address", ""]) == 0
     assert [options.bind_address for options in runs] == ["1.2.3.4", "0.0.0.0"]
-
-
-@pytest.mark.parametrize(("argv", "served_on"), [
-    ([], "127.0.0.1"), (["--bind-address=0.0.0.0"], "0.0.0.0"), (["--bind-address=::1"], "::1")])
-def test_local_serves_on_loopback_unless_an_address_is_given(
-        monkeypatch: pytest.MonkeyPatch, argv: list[str], served_on: str) -> None:
-    seen: list[str] = []
-    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
-    monkeypatch.setattr(cli.localrun, "run_local", lambda options, *_: seen.append(options.bind_address))
-    assert cli.main(["run", "--local", *argv]) == 0
-    assert seen == [served_on]

@@ -103,11 +103,9 @@ def test_secure_port_listens_on_the_pods_ip_only() -> None:
 
 @pytest.mark.parametrize("pod_ip", ["10.89.0.7", "fd00:10:89::7"])
 def test_pykcm_run_takes_the_daemonsets_args_as_the_kubelet_expands_them(
-    pod_ip: str, monkeypatch: pytest.MonkeyPatch
+    pod_ip: str, started_options: list[Options]
 ) -> None:
-    runs: list[Options] = []
-    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
-    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+    runs = started_options
     assert cli.main(expanded_args(daemonset_container(), {"status.podIP": pod_ip})) == 0
     [options] = runs
     assert (options.bind_address, options.secure_port, options.leader_elect) == (pod_ip, 10357, True)

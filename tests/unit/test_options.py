@@ -316,10 +316,8 @@ def test_an_empty_list_flag_adds_nothing_as_pflag_appends_it(argv: list[str], tr
     assert kcmflags.translate_pflag_forms(argv) == translated
 
 
-def test_an_empty_controllers_flag_is_the_empty_list(monkeypatch: pytest.MonkeyPatch) -> None:
-    runs: list[Options] = []
-    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
-    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+def test_an_empty_controllers_flag_is_the_empty_list(started_options: list[Options]) -> None:
+    runs = started_options
     assert cli.main(["run", "--controllers="]) == 0
     assert runs[0].controllers == []
 
@@ -354,7 +352,8 @@ def test_help_says_local_serves_on_loopback(capsys: pytest.CaptureFixture[str]) 
     assert "pykcm then serves on 127.0.0.1 unless" in text
 
 
-@pytest.mark.parametrize(("argv", "address"), [([], "127.0.0.1"), (["--bind-address", "::1"], "::1")])
+@pytest.mark.parametrize(("argv", "address"), [([], "127.0.0.1"), (["--bind-address", "::1"], "::1"),
+                                                (["--bind-address=0.0.0.0"], "0.0.0.0")])  # given: as given
 def test_local_serves_on_loopback_and_flagz_says_so(monkeypatch: pytest.MonkeyPatch, argv: list[str],
                                                     address: str) -> None:
     seen: list[tuple[str, str]] = []
@@ -364,10 +363,8 @@ def test_local_serves_on_loopback_and_flagz_says_so(monkeypatch: pytest.MonkeyPa
     assert seen == [(address, address)]
 
 
-def test_kcms_client_ca_and_cert_dir_flags_are_options_not_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
-    runs: list[Options] = []
-    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
-    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+def test_kcms_client_ca_and_cert_dir_flags_are_options_not_ignored(started_options: list[Options]) -> None:
+    runs = started_options
     argv = ["run", "--client-ca-file=/etc/ca.crt", "--authentication-skip-lookup",
             "--authentication-tolerate-lookup-failure=true", "--cert-dir", "/var/run/kcm"]
     assert kcmflags.split_kcm_flags(argv)[1].ignored == []
@@ -424,30 +421,24 @@ def test_a_group_without_a_command_prints_its_help_as_a_usage_error(argv: list[s
     assert captured.out == "" and captured.err.startswith(f"Usage: {' '.join(['pykcm', *argv])} [OPTIONS] COMMAND")
 
 
-def test_version_false_runs_and_a_zero_namespace_sync_period_is_no_resync(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_version_false_runs_and_a_zero_namespace_sync_period_is_no_resync(started_options: list[Options]) -> None:
     # KCM v1.36.3 starts with both: 0 is no periodic resync of terminating namespaces.
-    runs: list[Options] = []
-    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
-    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+    runs = started_options
     assert cli.main(["run", "--version=false", "--namespace-sync-period=0"]) == 0
     assert runs[0].namespace_sync_period == 0
 
 
 def test_a_value_of_pykcms_own_options_is_taken_whole_even_where_it_looks_like_a_flag(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        started_options: list[Options]) -> None:
     # pflag and click alike take the next word as the value: `-v4` is a file here, not -v 4.
-    runs: list[Options] = []
-    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
-    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+    runs = started_options
     assert cli.main(["run", "--kubeconfig", "-v4", "--leader-elect-resource-name", "-v=2", "-v", "3"]) == 0
     assert (runs[0].kubeconfig, runs[0].leader_elect_resource_name) == ("-v4", "-v=2")
 
 
-def test_a_qps_below_float32s_least_is_kcms_zero_the_default_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_qps_below_float32s_least_is_kcms_zero_the_default_rate(started_options: list[Options]) -> None:
     # KCM's flag is a float32: 1e-50 reads as 0, and client-go's QPS 0 is its default, not a stalled client.
-    runs: list[Options] = []
-    monkeypatch.setattr(cli.logging_setup, "setup", lambda *_: None)
-    monkeypatch.setattr(cli, "_run_manager", lambda options, classes, watch=None: runs.append(options))
+    runs = started_options
     assert cli.main(["run", "--kube-api-qps=1e-50"]) == 0
     assert runs[0].kube_api_qps == 0
 
