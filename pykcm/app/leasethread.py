@@ -90,6 +90,7 @@ class ThreadedElector:
         self._fence = fence
         self._heartbeat = heartbeat
         self._fenced = asyncio.Event()
+        self._lost = False  # the lease lost (or a write refused): nothing more may be sent, Events neither
         if (interval := renew_interval(config)) < config.retry_period:
             log.info("Renewing the lease more often than the retry period, within the write fence's window",
                      lock=f"{namespace}/{name}", interval=f"{interval:g}s", retryPeriod=f"{config.retry_period:g}s",
@@ -173,6 +174,7 @@ class ThreadedElector:
             if cancelled:
                 renewing.cancel()
             if not renewed:
+                self._lost = self._lost or not cancelled
                 # Any other end (lost, a refused write, a crash of the renewal, cancelled) leaves this
                 # process not leading: no write of it may pass, and the metric says so.
                 if not self._fenced.is_set():  # else the refused write's reason stays
@@ -191,18 +193,20 @@ class ThreadedElector:
         return await self._call(self.elector.release())
 
     async def close(self) -> None:
-        """Flush the LeaderElection events, close the Lease client and stop the thread."""
+        """Flush the LeaderElection events (drop them once the lease is lost, as KCM's exit at once
+        does: a retry waiting to send would go out after another may lead), close the Lease client
+        and stop the thread."""
         if not self._loop.is_closed():
             with contextlib.suppress(Exception):
-                await self._call(self._close_on_thread())
+                await self._call(self._close_on_thread(flush=not self._lost))
             self._loop.call_soon_threadsafe(self._loop.stop)
             await asyncio.to_thread(self._thread.join, 10)
             if not self._thread.is_alive():
                 self._loop.close()
 
-    async def _close_on_thread(self) -> None:
+    async def _close_on_thread(self, flush: bool) -> None:
         if self.lock.events is not None:
-            await self.lock.events.close()
+            await self.lock.events.close() if flush else await self.lock.events.close(timeout=0)
         await self.lock.client.close()
 
 

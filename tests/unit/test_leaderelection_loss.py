@@ -22,6 +22,7 @@ from pykcm.app import leasethread
 from pykcm.app.leaderelection import LeaderElectionConfig, LeaderElector, LeaseLock
 from pykcm.app.leasethread import ThreadedElector, fence_window, renew_interval
 from pykcm.app.options import LEADER_ELECTION_JITTER
+from pykcm.client import events
 from pykcm.client.config import ClientConfig
 from pykcm.client.errors import NotFound
 from pykcm.client.fence import WriteFence
@@ -300,3 +301,41 @@ async def test_a_cancelled_renewal_shuts_the_fence_and_stops_renewing(threaded: 
         assert threaded.objects[lease_path(name)]["spec"]["renewTime"] == renewed
     finally:
         await elector.close()
+
+
+async def test_a_lost_lease_sends_no_event_a_retry_still_waits_to_send(
+    threaded: ThreadLeaseApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The "became leader" Event's first write fails and waits to be retried; the lease is lost
+    meanwhile: closing drops it, as KCM's exit at once does, where a flush would send it late."""
+    monkeypatch.undo()  # the real recorder, writing to the fake
+    monkeypatch.setattr(leasethread, "RestClient", lambda _config, _suffix: threaded)
+    monkeypatch.setattr(events, "RETRY_SLEEP", 1.0)
+    monkeypatch.setattr(events, "random", SimpleNamespace(random=lambda: 1.0))
+    failed: list[str] = []
+    write = threaded.create
+
+    async def first_write_fails(resource: object, body: dict, namespace: str | None = None) -> dict:
+        if not failed:
+            failed.append(body["message"])
+            raise ConnectionResetError("connection reset by peer")
+        return await write(resource, body, namespace)
+
+    monkeypatch.setattr(threaded, "create", first_write_fails)
+    name = unique()
+    elector = threaded_elector(name, FAST, WriteFence())
+    try:
+        assert await elector.acquire(asyncio.Event())
+        renewing = asyncio.create_task(elector.renew(asyncio.Event()))
+
+        async def take_over() -> None:
+            set_holder(threaded, name, "host_b")
+
+        await elector._call(take_over())
+        assert await asyncio.wait_for(renewing, 1) is False
+    finally:
+        started = time.monotonic()
+        await elector.close()
+    assert time.monotonic() - started < 0.5  # no flush waited for
+    await asyncio.sleep(1.2)  # past the retry
+    assert failed == ["host_a became leader"] and threaded.events == []
