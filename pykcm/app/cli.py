@@ -332,7 +332,7 @@ def testenv_kind_image(
     ctx: typer.Context,
     docker_dir: Annotated[Path | None, typer.Option(help=_DOCKER_DIR_HELP.format("~/.cache/pykcm/docker-kind"))] = None,
 ) -> None:
-    """Assemble a kind node image here, with no registry (Kubernetes binaries, CoreDNS, pause and runc built from their sources, Debian's packages), in a private Docker engine, and build kind; print the image's reference and size. Needs root, Go, the Debian packages docker.io, debootstrap, busybox-static, gcc and libc6-dev (and libseccomp-dev and pkg-config until runc is built), the Go module proxy and a Debian mirror (the tools and packages are checked before any work). With registry access, use the official kindest/node instead."""
+    """Assemble a kind node image here, with no registry (Kubernetes binaries, CoreDNS, pause and runc built from their sources, Debian's packages), in a private Docker engine, and build kind; print the image's reference and size. Needs root, Go, the Debian packages docker.io, debootstrap, busybox-static, and until the C builds are cached gcc, libseccomp-dev and pkg-config (runc), libc6-dev (pause), the Go module proxy and a Debian mirror (the tools and packages are checked before any work). With registry access, use the official kindest/node instead."""
     from pykcm.testenv import docker
     from pykcm.testenv.errors import BuildError
     from pykcm.testenv.kind import nodeimage

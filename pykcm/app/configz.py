@@ -3,8 +3,8 @@
 KCM registers its whole component configuration (v1alpha1) under its group name; the secure port
 serves it as JSON (pykcm/serving/zpages.py). pykcm fills the sections it acts on: Generic (the
 client connection, leader election, the controllers list, profiling), KubeCloudShared (only its
-UseServiceAccountCredentials), and the Namespace and ReplicaSet controllers' settings. The sections of controllers pykcm does not run are left out rather than
-shown with values nothing reads.
+UseServiceAccountCredentials), and the Namespace and ReplicaSet controllers' settings. The
+sections of controllers pykcm does not run are left out rather than shown with values nothing reads.
 """
 
 from __future__ import annotations

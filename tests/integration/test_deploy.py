@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -419,10 +420,20 @@ def run_scenarios_under(mode: str, select: str, deploy_dir: Path | None = None) 
     env[CREDENTIALS_ENV] = mode
     if deploy_dir is not None:
         env[DEPLOY_DIR_ENV] = str(deploy_dir)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", *SCENARIO_FILES, "-k", select, "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400,
-    )
+    argv = [sys.executable, "-m", "pytest", *SCENARIO_FILES, "-k", select, "-q", "-p", "no:cacheprovider"]
+    with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+        try:
+            out, err = child.communicate(timeout=2400)
+        except BaseException:
+            # Not subprocess.run's SIGKILL: the session's clusters live in sessions of their own, which
+            # only its cleanup stops. Ctrl-C (a second one makes that cleanup kill them) and a bound.
+            child.send_signal(signal.SIGINT)
+            try:
+                child.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            raise
+    return subprocess.CompletedProcess(argv, child.returncode, out, err)
 
 
 def test_deploy_rbac_is_enough_for_every_controller_scenario():
